@@ -1,0 +1,18 @@
+//! zper-wire: the byte formats ZPER speaks, as pure codecs.
+//!
+//! This crate owns the client identity (spec `zper.md` §3), the stored record format that is both
+//! the segment file format and the ZMTP/2.0 frame layout (§6.2), and the reader's commands and
+//! replies (§5). It must never do I/O: no files, no sockets, no zmq, no clocks. Every decoder is
+//! total: any byte string gives a value or a typed error, never a panic.
+
+pub mod identity;
+pub mod reader;
+pub mod record;
+
+pub use identity::{topic_hash, AckMode, Identity, IdentityError, MAX_TOPIC_LEN};
+pub use reader::{ReaderReply, ReaderRequest, RequestError, Status, Timestamp};
+pub use identity::{topic_of, validate_topic};
+pub use record::{valid_bytes, 
+    encode_record, encoded_len, whole_message_len, DecodeError, Record, Records, FLAG_LONG,
+    FLAG_MORE,
+};
