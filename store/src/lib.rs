@@ -1,1 +1,23 @@
-//! x
+//! zper-store: the segment log of spec `zper.md` §6, with the flush, rotation, retention and
+//! recovery rules of §4.3, §4.4 and §6.4 (fixed where the spec marks bugs).
+//!
+//! A [`Store`] owns `<base_dir>/<topic>/<20-digit start offset>.dat` files. Offsets are absolute
+//! byte positions in a topic's concatenated log. Readers never see bytes past a topic's flushed
+//! offset. This crate must never touch the network, zmq or an async runtime: the node drives it
+//! from its own threads.
+
+mod error;
+pub mod flush;
+mod index;
+mod reading;
+mod recovery;
+pub mod segment;
+mod store;
+mod topic;
+mod writing;
+
+pub use error::StoreError;
+pub use flush::FlushPolicy;
+pub use reading::Fetched;
+pub use store::{Store, StoreConfig};
+pub use topic::{FlushOutcome, TopicLog};

@@ -10,9 +10,9 @@ pub mod reader;
 pub mod record;
 
 pub use identity::{topic_hash, AckMode, Identity, IdentityError, MAX_TOPIC_LEN};
-pub use reader::{ReaderReply, ReaderRequest, RequestError, Status, Timestamp};
 pub use identity::{topic_of, validate_topic};
-pub use record::{valid_bytes, 
-    encode_record, encoded_len, whole_message_len, DecodeError, Record, Records, FLAG_LONG,
-    FLAG_MORE,
+pub use reader::{ReaderReply, ReaderRequest, RequestError, Status, Timestamp};
+pub use record::{
+    encode_record, encoded_len, valid_bytes, whole_message_len, DecodeError, Record, Records,
+    FLAG_LONG, FLAG_MORE,
 };

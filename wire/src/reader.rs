@@ -415,10 +415,8 @@ mod tests {
 
     fn any_request() -> impl Strategy<Value = ReaderRequest> {
         prop_oneof![
-            (any::<i64>(), 0i64..).prop_map(|(offset, max_bytes)| ReaderRequest::Fetch {
-                offset,
-                max_bytes
-            }),
+            (any::<i64>(), 0i64..)
+                .prop_map(|(offset, max_bytes)| ReaderRequest::Fetch { offset, max_bytes }),
             any::<i64>().prop_map(|offset| ReaderRequest::Stream { offset }),
             (any::<i64>(), proptest::option::of(any::<i32>())).prop_map(|(t, max_entries)| {
                 ReaderRequest::Offset {

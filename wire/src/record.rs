@@ -236,7 +236,10 @@ mod tests {
     fn stored_two_frame_message_spec_11_2() {
         let m = perf_message();
         assert_eq!(m.len(), 109);
-        assert_eq!(&m[..9], &[0x01, 0x05, 0x00, 0x5e, 0x0e, 0x5d, 0x8f, 0x00, 0x64]);
+        assert_eq!(
+            &m[..9],
+            &[0x01, 0x05, 0x00, 0x5e, 0x0e, 0x5d, 0x8f, 0x00, 0x64]
+        );
         let mut small = Vec::new();
         encode_record(b"id2", true, &mut small);
         encode_record(b"hello2", false, &mut small);

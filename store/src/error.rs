@@ -1,0 +1,53 @@
+//! Store errors: what failed, on which subject.
+
+use std::path::PathBuf;
+use thiserror::Error;
+
+/// Errors of the segment store.
+#[derive(Debug, Error)]
+pub enum StoreError {
+    /// An I/O call failed on a file or directory.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done (open, write, fdatasync, ...).
+        op: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The offset is not in the log: before the oldest segment, past the flushed end, or not on a
+    /// record boundary (reply 101, spec §5.3).
+    #[error("offset {offset} is not a readable record boundary of topic {topic}")]
+    InvalidOffset {
+        /// Topic name.
+        topic: String,
+        /// The requested offset.
+        offset: i64,
+    },
+    /// The topic name is not 1..=64 ASCII letters or digits (spec §3).
+    #[error("invalid topic name {0:?}")]
+    InvalidTopic(String),
+    /// An append that is not a run of whole, valid messages.
+    #[error("append to {topic} is not a run of whole messages: {reason}")]
+    MalformedAppend {
+        /// Topic name.
+        topic: String,
+        /// Why.
+        reason: String,
+    },
+    /// A lock was poisoned by a panic on another thread.
+    #[error("store lock poisoned for {0}")]
+    Poisoned(String),
+}
+
+impl StoreError {
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        StoreError::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! The store: every topic under `base_dir` (spec `zper.md` §6.1).
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime};
+
+use tracing::info;
+use zper_wire::identity::validate_topic;
+
+use crate::{FlushPolicy, StoreError, TopicLog};
+
+/// Store settings, from the node's config (spec `zper.md` §7).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreConfig {
+    /// Data root (`base_dir`); created if missing.
+    pub base_dir: PathBuf,
+    /// Rotation threshold in bytes (`segment_size`).
+    pub segment_size: u64,
+    /// Flush rule (`flush_messages`, `flush_interval`).
+    pub flush: FlushPolicy,
+    /// Retention age (`retain_hours`).
+    pub retain: Duration,
+    /// Whether an empty final frame is a valid message when parsing (`allow_empty_message`, §6.3).
+    pub allow_empty_message: bool,
+}
+
+impl Default for StoreConfig {
+    /// The original's code defaults (§7), with data under `./data`.
+    fn default() -> Self {
+        StoreConfig {
+            base_dir: PathBuf::from("./data"),
+            segment_size: 536_870_912,
+            flush: FlushPolicy {
+                flush_messages: 10_000,
+                flush_interval: Duration::from_millis(10_000),
+            },
+            retain: Duration::from_secs(168 * 3600),
+            allow_empty_message: true,
+        }
+    }
+}
+
+/// All topics of one data directory.
+#[derive(Debug)]
+pub struct Store {
+    config: StoreConfig,
+    topics: RwLock<HashMap<String, Arc<TopicLog>>>,
+}
+
+impl Store {
+    /// Opens `base_dir`, recovering every topic directory found in it (a directory whose name is a
+    /// valid topic; anything else is ignored).
+    ///
+    /// Errors: `base_dir` can't be created or read (for example it is a file); a segment can't be
+    /// opened or recovered.
+    pub fn open(config: StoreConfig) -> Result<Store, StoreError> {
+        let dir = &config.base_dir;
+        fs::create_dir_all(dir).map_err(|e| StoreError::io("create base_dir", dir, e))?;
+        let mut topics = HashMap::new();
+        for entry in fs::read_dir(dir).map_err(|e| StoreError::io("list", dir, e))? {
+            let entry = entry.map_err(|e| StoreError::io("list", dir, e))?;
+            let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+            let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            if !is_dir || validate_topic(name.as_bytes()).is_err() {
+                continue;
+            }
+            let log = TopicLog::open(
+                &name,
+                &entry.path(),
+                config.segment_size,
+                config.allow_empty_message,
+            )?;
+            topics.insert(name, Arc::new(log));
+        }
+        info!(base_dir = %dir.display(), topics = topics.len(), "store opened");
+        Ok(Store {
+            config,
+            topics: RwLock::new(topics),
+        })
+    }
+
+    /// The settings the store was opened with.
+    pub fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+
+    /// The topic, if it exists.
+    pub fn topic(&self, name: &str) -> Option<Arc<TopicLog>> {
+        self.topics.read().ok()?.get(name).cloned()
+    }
+
+    /// The topic, created (directory and first segment) if it does not exist.
+    ///
+    /// Errors: invalid name (spec §3); I/O.
+    pub fn topic_or_create(&self, name: &str) -> Result<Arc<TopicLog>, StoreError> {
+        if let Some(t) = self.topic(name) {
+            return Ok(t);
+        }
+        validate_topic(name.as_bytes()).map_err(|_| StoreError::InvalidTopic(name.to_owned()))?;
+        let mut topics = self
+            .topics
+            .write()
+            .map_err(|_| StoreError::Poisoned(name.to_owned()))?;
+        if let Some(t) = topics.get(name) {
+            return Ok(t.clone());
+        }
+        let log = Arc::new(TopicLog::open(
+            name,
+            &self.config.base_dir.join(name),
+            self.config.segment_size,
+            self.config.allow_empty_message,
+        )?);
+        info!(topic = name, "topic created");
+        topics.insert(name.to_owned(), log.clone());
+        Ok(log)
+    }
+
+    /// Every topic, sorted by name.
+    pub fn topics(&self) -> Vec<Arc<TopicLog>> {
+        let mut all: Vec<_> = self
+            .topics
+            .read()
+            .map(|t| t.values().cloned().collect())
+            .unwrap_or_default();
+        all.sort_by(|a, b| a.name().cmp(b.name()));
+        all
+    }
+
+    /// Flushes every topic (clean shutdown). Returns the first error after trying all.
+    pub fn flush_all(&self) -> Result<(), StoreError> {
+        let mut first = None;
+        for t in self.topics() {
+            if let Err(e) = t.flush() {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// Applies retention to every topic at `now`; returns how many segments were deleted.
+    pub fn apply_retention(&self, now: SystemTime) -> Result<usize, StoreError> {
+        let mut n = 0;
+        for t in self.topics() {
+            n += t.apply_retention(self.config.retain, now)?.len();
+        }
+        Ok(n)
+    }
+}

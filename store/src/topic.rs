@@ -1,0 +1,80 @@
+//! One topic's log: its segments, written and flushed offsets, and pending-flush bookkeeping.
+//! The append path lives in `writing.rs`, the read path in `reading.rs`, opening in `recovery.rs`.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use crate::segment::Segment;
+use crate::StoreError;
+
+/// Result of [`TopicLog::flush`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlushOutcome {
+    /// Flushed offset after the call: every byte below it is durable and readable.
+    pub flushed_end: u64,
+    /// Messages made durable by this call (0 when nothing was pending).
+    pub messages: u64,
+}
+
+#[derive(Debug)]
+pub(crate) struct TopicState {
+    /// Ascending by start; the last one is the active (appended) segment. Never empty.
+    pub(crate) segments: Vec<Arc<Segment>>,
+    /// End of the last byte written (absolute).
+    pub(crate) written_end: u64,
+    /// End of the last byte made durable and visible to readers (absolute).
+    pub(crate) flushed_end: u64,
+    /// Messages appended since the last flush.
+    pub(crate) pending: u64,
+    /// When the oldest of those was appended.
+    pub(crate) first_unflushed: Option<Instant>,
+}
+
+/// A topic: `<base_dir>/<topic>/` and its segments (spec `zper.md` §6.1).
+#[derive(Debug)]
+pub struct TopicLog {
+    pub(crate) name: String,
+    pub(crate) dir: PathBuf,
+    pub(crate) segment_size: u64,
+    pub(crate) state: Mutex<TopicState>,
+}
+
+impl TopicLog {
+    /// Topic name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Directory of the topic's segments.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
+    pub(crate) fn lock(&self) -> Result<MutexGuard<'_, TopicState>, StoreError> {
+        self.state
+            .lock()
+            .map_err(|_| StoreError::Poisoned(self.name.clone()))
+    }
+
+    /// Offset readers may read up to (bytes below it are durable).
+    pub fn flushed_end(&self) -> Result<u64, StoreError> {
+        Ok(self.lock()?.flushed_end)
+    }
+
+    /// Offset just after the last byte written (durable or not).
+    pub fn written_end(&self) -> Result<u64, StoreError> {
+        Ok(self.lock()?.written_end)
+    }
+
+    /// Start offsets of the segments, oldest first.
+    pub fn segment_starts(&self) -> Result<Vec<u64>, StoreError> {
+        Ok(self.lock()?.segments.iter().map(|s| s.start).collect())
+    }
+
+    /// Messages appended since the last flush, and when the oldest of them was appended.
+    pub fn pending(&self) -> Result<(u64, Option<Instant>), StoreError> {
+        let st = self.lock()?;
+        Ok((st.pending, st.first_unflushed))
+    }
+}
