@@ -81,6 +81,8 @@ impl TopicLog {
             SparseIndex::live(start),
         )));
         st.flushed_end = start;
+        st.pending = 0;
+        st.first_unflushed = None;
         info!(topic = %self.name, start, "rotated segment");
         Ok(())
     }

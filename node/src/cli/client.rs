@@ -1,0 +1,102 @@
+//! Client-side helpers shared by the CLI tools: identities, endpoints, reader requests.
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+
+use anyhow::{anyhow, bail, Context, Result};
+use zper_wire::{Identity, ReaderReply, ReaderRequest, Status, Timestamp};
+
+/// A fresh random 16-byte UUID part for an identity (spec §3).
+pub fn random_uuid() -> [u8; 16] {
+    let mut out = [0u8; 16];
+    for chunk in out.chunks_mut(8) {
+        let mut h = RandomState::new().build_hasher();
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+        );
+        chunk.copy_from_slice(&h.finish().to_be_bytes());
+    }
+    out
+}
+
+/// The identity bytes a ZPER client uses for `topic` in `mode`.
+pub fn identity(topic: &str, mode: u8) -> Result<Vec<u8>> {
+    Ok(Identity::new(topic, mode, &random_uuid())
+        .map_err(|e| anyhow!("topic {topic:?}: {e}"))?
+        .to_bytes())
+}
+
+/// Accepts `tcp://host:port` or the original tools' `host:port`.
+pub fn endpoint(s: &str) -> String {
+    if s.contains("://") {
+        s.to_owned()
+    } else {
+        format!("tcp://{s}")
+    }
+}
+
+/// A DEALER connected to a reader with a ZPER identity and a receive timeout.
+pub struct ReaderClient {
+    socket: zmq::Socket,
+    endpoint: String,
+}
+
+impl ReaderClient {
+    /// Connects (lazily, as zmq does) to `endpoint` for `topic`.
+    pub fn connect(
+        ctx: &zmq::Context,
+        endpoint: &str,
+        topic: &str,
+        timeout_ms: i32,
+    ) -> Result<Self> {
+        let socket = ctx.socket(zmq::DEALER)?;
+        socket.set_identity(&identity(topic, 0)?)?;
+        socket.set_rcvtimeo(timeout_ms)?;
+        socket.set_linger(0)?;
+        socket.set_rcvbuf(4 << 20)?;
+        socket
+            .connect(endpoint)
+            .with_context(|| format!("connect to reader {endpoint}"))?;
+        Ok(ReaderClient {
+            socket,
+            endpoint: endpoint.to_owned(),
+        })
+    }
+
+    /// Sends one request and decodes its reply.
+    pub fn request(&self, req: &ReaderRequest) -> Result<ReaderReply> {
+        self.socket.send_multipart(req.encode(), 0)?;
+        let frames = match self.socket.recv_multipart(0) {
+            Ok(f) => f,
+            Err(zmq::Error::EAGAIN) => bail!("no reply from reader {} (timed out)", self.endpoint),
+            Err(e) => return Err(e.into()),
+        };
+        ReaderReply::decode(req, &frames).ok_or_else(|| anyhow!("malformed reply: {frames:?}"))
+    }
+
+    /// OFFSET -2 (earliest) or -1 (latest, second value = flushed end).
+    pub fn offset(&self, timestamp: Timestamp) -> Result<u64> {
+        match self.request(&ReaderRequest::Offset {
+            timestamp,
+            max_entries: None,
+        })? {
+            ReaderReply::Offsets(o) if !o.is_empty() => Ok(o[o.len() - 1]),
+            other => bail!("OFFSET failed: {other:?}"),
+        }
+    }
+
+    /// FETCH; `Ok(None)` for 101 (offset not readable).
+    pub fn fetch(&self, offset: u64, max_bytes: u64) -> Result<Option<Vec<u8>>> {
+        let req = ReaderRequest::Fetch {
+            offset: offset as i64,
+            max_bytes: max_bytes as i64,
+        };
+        match self.request(&req)? {
+            ReaderReply::Data(d) => Ok(Some(d)),
+            ReaderReply::Status(Status::InvalidOffset) => Ok(None),
+            other => bail!("FETCH failed: {other:?}"),
+        }
+    }
+}

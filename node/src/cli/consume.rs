@@ -1,0 +1,96 @@
+//! `zper consume`: print a topic's messages from an offset, following the log if asked.
+
+use std::io::Write;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use clap::Args;
+use zper_wire::{Records, Timestamp};
+
+use super::client::{endpoint, ReaderClient};
+
+/// Options of `zper consume`.
+#[derive(Debug, Args)]
+pub struct ConsumeArgs {
+    /// Topic.
+    #[arg(long, short = 't')]
+    pub topic: String,
+    /// Reader endpoint.
+    #[arg(long, short = 'r', default_value = "tcp://127.0.0.1:5556")]
+    pub reader: String,
+    /// Where to start: earliest, latest, or a byte offset.
+    #[arg(long, default_value = "earliest")]
+    pub from: String,
+    /// Keep polling for new messages at the end of the log.
+    #[arg(long, short = 'f')]
+    pub follow: bool,
+    /// Stop after this many messages (0: no limit).
+    #[arg(long, short = 'n', default_value_t = 0)]
+    pub max_messages: u64,
+    /// FETCH size, bytes.
+    #[arg(long, default_value_t = 1 << 20)]
+    pub fetch_size: u64,
+    /// Print each message's offset before it.
+    #[arg(long)]
+    pub offsets: bool,
+    /// Reply timeout, ms.
+    #[arg(long, default_value_t = 5000)]
+    pub timeout: i32,
+}
+
+/// Runs `zper consume`: one line per message, its frames (lossy UTF-8) joined by a tab.
+pub fn run(args: ConsumeArgs) -> Result<()> {
+    let ctx = zmq::Context::new();
+    let client = ReaderClient::connect(&ctx, &endpoint(&args.reader), &args.topic, args.timeout)?;
+    let mut offset = match args.from.as_str() {
+        "earliest" => client.offset(Timestamp::Earliest)?,
+        "latest" => client.offset(Timestamp::Latest)?,
+        n => match n.parse() {
+            Ok(n) => n,
+            Err(_) => bail!("--from must be earliest, latest or a byte offset, not {n:?}"),
+        },
+    };
+    let mut fetch_size = args.fetch_size.max(16);
+    let mut seen = 0u64;
+    let out = std::io::stdout();
+    let mut out = out.lock();
+    loop {
+        let Some(data) = client.fetch(offset, fetch_size)? else {
+            bail!(
+                "offset {offset} is not readable in topic {} (101)",
+                args.topic
+            );
+        };
+        let mut it = Records::new(&data);
+        let mut frames: Vec<String> = Vec::new();
+        let mut msg_start = offset;
+        let mut pos = offset;
+        while let Some(rec) = it.next() {
+            pos += rec.stored_len() as u64;
+            frames.push(String::from_utf8_lossy(rec.payload).into_owned());
+            if !rec.more {
+                if args.offsets {
+                    write!(out, "{msg_start}\t")?;
+                }
+                writeln!(out, "{}", frames.join("\t"))?;
+                frames.clear();
+                seen += 1;
+                msg_start = pos;
+                if args.max_messages > 0 && seen >= args.max_messages {
+                    return Ok(());
+                }
+            }
+        }
+        let used = it.message_bytes() as u64;
+        offset += used;
+        if used == 0 && data.len() as u64 >= fetch_size {
+            fetch_size = fetch_size.saturating_mul(2); // a message larger than one fetch
+        } else if data.is_empty() || used == 0 {
+            if !args.follow {
+                return Ok(());
+            }
+            out.flush()?;
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}

@@ -1,0 +1,320 @@
+//! Node configuration: ZPER's `server.properties` keys and defaults (spec `zper.md` §7) plus the
+//! seed's keys. Values are trimmed (the original keeps trailing blanks, so `decoder = true `
+//! meant false); a bad value is an error naming the key; an unknown key is a warning.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use thiserror::Error;
+use zper_store::{FlushPolicy, StoreConfig};
+
+/// The embedded default configuration (`zper` with no arguments).
+pub const DEFAULT_PROPERTIES: &str = include_str!("../config/default.properties");
+
+/// Configuration errors; each names the key or file.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// The file could not be read or is not a properties file.
+    #[error("config file {path}: {message}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// A value that does not parse or is out of range.
+    #[error("config key `{key}`: invalid value {value:?}: {expected}")]
+    Value {
+        /// The key.
+        key: String,
+        /// The value as written.
+        value: String,
+        /// What is expected.
+        expected: &'static str,
+    },
+}
+
+/// Everything a node needs to start (single-node broker, issue #2).
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// Segment store settings (`base_dir`, `segment_size`, `flush_*`, `retain_hours`,
+    /// `allow_empty_message`).
+    pub store: StoreConfig,
+    /// ZeroMQ I/O threads (`io_threads`).
+    pub io_threads: i32,
+    /// Writer ROUTER endpoint (`writer.bind`).
+    pub writer_bind: String,
+    /// Writer worker threads; topic hash modulo this picks one (`writer.workers`).
+    pub writer_workers: usize,
+    /// Reader ROUTER endpoint (`reader.bind`).
+    pub reader_bind: String,
+    /// Reader worker threads (`reader.workers`).
+    pub reader_workers: usize,
+    /// Ack PUB endpoint (`ack.bind`).
+    pub ack_bind: String,
+    /// Largest frame accepted from a producer, bytes (`max_message`); also bounds FETCH replies.
+    pub max_message: usize,
+    /// Writer ROUTER receive high-water mark, messages (`receive_hwm`).
+    pub receive_hwm: i32,
+    /// Writer socket SO_RCVBUF, bytes (`receive_buffer`).
+    pub receive_buffer: i32,
+    /// Reader socket SO_SNDBUF, bytes (`send_buffer`).
+    pub send_buffer: i32,
+    /// How often retention runs.
+    pub retention_check: Duration,
+    /// Keys that were present but are unknown (reported as warnings).
+    pub unknown_keys: Vec<String>,
+}
+
+/// Keys read by zper-node today.
+const KNOWN: &[&str] = &[
+    "base_dir",
+    "segment_size",
+    "flush_messages",
+    "flush_interval",
+    "retain_hours",
+    "allow_empty_message",
+    "decoder",
+    "max_message",
+    "receive_hwm",
+    "receive_buffer",
+    "send_buffer",
+    "io_threads",
+    "writer.bind",
+    "writer.workers",
+    "reader.bind",
+    "reader.workers",
+    "ack.bind",
+];
+
+/// Keys of the seed or the original that are accepted and reserved for later features (cluster,
+/// relay): no warning, no effect yet.
+const RESERVED: &[&str] = &[
+    "writer.io_threads",
+    "retention_hours",
+    "relay.bind",
+    "relay.poll",
+    "controller.bind",
+    "replica.bind",
+];
+const RESERVED_PREFIXES: &[&str] = &["controller.quorum.", "writer.replica."];
+
+impl Default for NodeConfig {
+    /// The original's code defaults (§7) with `base_dir = ./data` and the ack endpoint on 5557.
+    fn default() -> Self {
+        NodeConfig {
+            store: StoreConfig::default(),
+            io_threads: 1,
+            writer_bind: "tcp://*:5555".into(),
+            writer_workers: 5,
+            reader_bind: "tcp://*:5556".into(),
+            reader_workers: 5,
+            ack_bind: "tcp://*:5557".into(),
+            max_message: 8_388_608,
+            receive_hwm: 1024,
+            receive_buffer: 1_048_576,
+            send_buffer: 1_048_576,
+            retention_check: Duration::from_secs(60),
+            unknown_keys: Vec::new(),
+        }
+    }
+}
+
+impl NodeConfig {
+    /// The embedded default file, parsed.
+    pub fn embedded() -> Result<Self, ConfigError> {
+        Self::from_properties_str(DEFAULT_PROPERTIES, Path::new("<embedded default>"))
+    }
+
+    /// Reads a properties file.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+        Self::from_properties_str(&text, path)
+    }
+
+    /// Parses properties text (`path` only names it in errors).
+    pub fn from_properties_str(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        let map = java_properties::read(text.as_bytes()).map_err(|e| ConfigError::File {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+        Self::from_map(&map)
+    }
+
+    /// Builds a config from key/value pairs over the code defaults.
+    pub fn from_map(map: &HashMap<String, String>) -> Result<Self, ConfigError> {
+        let mut c = NodeConfig::default();
+        let get = |k: &str| map.get(k).map(|v| v.trim().to_owned());
+        if let Some(v) = get("base_dir") {
+            if v.is_empty() {
+                return Err(bad("base_dir", &v, "a directory path"));
+            }
+            c.store.base_dir = PathBuf::from(v);
+        }
+        c.store.segment_size = num(map, "segment_size", c.store.segment_size, 1)?;
+        let flush_messages = num(map, "flush_messages", c.store.flush.flush_messages, 1)?;
+        let flush_ms = num(
+            map,
+            "flush_interval",
+            c.store.flush.flush_interval.as_millis() as u64,
+            1,
+        )?;
+        c.store.flush = FlushPolicy {
+            flush_messages,
+            flush_interval: Duration::from_millis(flush_ms),
+        };
+        let hours: u64 = num(map, "retain_hours", 168, 1)?;
+        c.store.retain = Duration::from_secs(hours.saturating_mul(3600));
+        c.store.allow_empty_message = boolean(map, "allow_empty_message", true)?;
+        // `decoder` only picks how the original buffers input; zper stores what decoder mode
+        // stores (§4.2), so the key is validated and otherwise has no effect.
+        boolean(map, "decoder", true)?;
+        c.max_message = num(map, "max_message", c.max_message as u64, 1)? as usize;
+        c.receive_hwm = num(map, "receive_hwm", c.receive_hwm as u64, 0)? as i32;
+        c.receive_buffer = num(map, "receive_buffer", c.receive_buffer as u64, 0)? as i32;
+        c.send_buffer = num(map, "send_buffer", c.send_buffer as u64, 0)? as i32;
+        c.io_threads = num(map, "io_threads", 1, 1)? as i32;
+        c.writer_workers = num(map, "writer.workers", 5, 1)? as usize;
+        c.reader_workers = num(map, "reader.workers", 5, 1)? as usize;
+        for (key, field) in [
+            ("writer.bind", &mut c.writer_bind),
+            ("reader.bind", &mut c.reader_bind),
+            ("ack.bind", &mut c.ack_bind),
+        ] {
+            if let Some(v) = get(key) {
+                if !v.contains("://") {
+                    return Err(bad(key, &v, "a ZeroMQ endpoint such as tcp://*:5555"));
+                }
+                *field = v;
+            }
+        }
+        let mut unknown: Vec<String> = map
+            .keys()
+            .filter(|k| {
+                !KNOWN.contains(&k.as_str())
+                    && !RESERVED.contains(&k.as_str())
+                    && !RESERVED_PREFIXES.iter().any(|p| k.starts_with(p))
+            })
+            .cloned()
+            .collect();
+        unknown.sort();
+        c.unknown_keys = unknown;
+        Ok(c)
+    }
+}
+
+fn bad(key: &str, value: &str, expected: &'static str) -> ConfigError {
+    ConfigError::Value {
+        key: key.to_owned(),
+        value: value.to_owned(),
+        expected,
+    }
+}
+
+fn num(
+    map: &HashMap<String, String>,
+    key: &str,
+    default: u64,
+    min: u64,
+) -> Result<u64, ConfigError> {
+    let Some(raw) = map.get(key) else {
+        return Ok(default);
+    };
+    let v = raw.trim();
+    // i32-sized options (socket options, thread counts) are capped at i32::MAX.
+    let max = if key == "segment_size" {
+        u64::MAX
+    } else {
+        i32::MAX as u64
+    };
+    match v.parse::<u64>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        _ => Err(bad(
+            key,
+            v,
+            if min == 0 {
+                "a whole number from 0 to 2147483647"
+            } else {
+                "a whole number from 1 to 2147483647"
+            },
+        )),
+    }
+}
+
+fn boolean(map: &HashMap<String, String>, key: &str, default: bool) -> Result<bool, ConfigError> {
+    match map.get(key).map(|v| v.trim().to_ascii_lowercase()) {
+        None => Ok(default),
+        Some(v) if v == "true" => Ok(true),
+        Some(v) if v == "false" => Ok(false),
+        Some(v) => Err(bad(key, &v, "true or false")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<NodeConfig, ConfigError> {
+        NodeConfig::from_properties_str(text, Path::new("test.properties"))
+    }
+
+    #[test]
+    fn embedded_default_runs_under_data_on_default_ports() {
+        let c = NodeConfig::embedded().expect("embedded default parses");
+        assert_eq!(c.store.base_dir, PathBuf::from("./data"));
+        assert_eq!(c.writer_bind, "tcp://*:5555");
+        assert_eq!(c.reader_bind, "tcp://*:5556");
+        assert_eq!(c.ack_bind, "tcp://*:5557");
+        assert_eq!(c.store.flush.flush_messages, 1000);
+        assert!(c.unknown_keys.is_empty());
+    }
+
+    #[test]
+    fn code_defaults_spec_7() {
+        let c = parse("").expect("empty file");
+        assert_eq!(c.store.segment_size, 536_870_912);
+        assert_eq!(c.store.flush.flush_messages, 10_000);
+        assert_eq!(c.store.flush.flush_interval, Duration::from_millis(10_000));
+        assert_eq!(c.store.retain, Duration::from_secs(168 * 3600));
+        assert_eq!(c.writer_workers, 5);
+        assert_eq!(c.reader_workers, 5);
+        assert_eq!(c.max_message, 8_388_608);
+    }
+
+    #[test]
+    fn values_are_trimmed_and_booleans_strict() {
+        let c = parse("allow_empty_message = FALSE  \nflush_messages = 7 \n").expect("parses");
+        assert!(!c.store.allow_empty_message);
+        assert_eq!(c.store.flush.flush_messages, 7);
+        let e = parse("decoder = yes").expect_err("not a boolean");
+        assert!(e.to_string().contains("`decoder`"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_name_the_key() {
+        for (text, key) in [
+            ("segment_size = lots", "segment_size"),
+            ("writer.workers = 0", "writer.workers"),
+            ("flush_interval = -5", "flush_interval"),
+            ("reader.bind = 5556", "reader.bind"),
+            ("io_threads = ", "io_threads"),
+        ] {
+            let e = parse(text).expect_err(text);
+            assert!(e.to_string().contains(&format!("`{key}`")), "{e}");
+        }
+    }
+
+    #[test]
+    fn unknown_keys_are_listed_and_seed_keys_are_not() {
+        let c = parse(
+            "controller.quorum.1 = a:1\nwriter.replica.1 = b\ncontroller.bind = tcp://*:5558\n\
+             retention_hours = 1\nflush_mesages = 3\n",
+        )
+        .expect("parses");
+        assert_eq!(c.unknown_keys, vec!["flush_mesages".to_owned()]);
+    }
+}

@@ -1,0 +1,218 @@
+//! Reader endpoint (`reader.bind`, default 5556; spec `zper.md` §5, fixed as issue #2 asks).
+//!
+//! Requests `[routing id][REQ envelope?][command][args]...` are handed to `reader.workers` worker
+//! threads; each reply goes back through an inproc socket to the front, which owns the ROUTER.
+//! Every request gets exactly one reply: a REQ envelope is echoed (§5.5), malformed requests and
+//! invalid identities get `[102]`, bad offsets `[101]`, store failures `[0xFF]`. FETCH with
+//! max_bytes -1 is the README's stream fetch (§9): `[100][next offset:8][payload]...`, the whole
+//! messages from the offset within one segment. A topic never written reads as one empty segment
+//! at 0 (§5.4) without creating anything on disk.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use crossbeam_channel::{Receiver, Sender};
+use tracing::{debug, debug_span, error, warn};
+use zper_store::{Store, StoreError};
+use zper_wire::{Identity, ReaderReply, ReaderRequest, Status, Timestamp};
+
+use super::{try_send, POLL_MS};
+use crate::metrics::Counters;
+
+/// Started reader endpoint threads.
+pub(crate) struct Reader {
+    pub(crate) front: JoinHandle<()>,
+}
+
+/// Starts the front thread and `workers` worker threads over a bound ROUTER. `cap` bounds the
+/// bytes of one FETCH reply.
+pub(crate) fn start(
+    ctx: &zmq::Context,
+    router: zmq::Socket,
+    workers: usize,
+    cap: u64,
+    store: Arc<Store>,
+    counters: Arc<Counters>,
+    stop: Arc<AtomicBool>,
+) -> Result<Reader, zmq::Error> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let inproc = format!(
+        "inproc://zper-reader-replies-{}",
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    );
+    let replies = ctx.socket(zmq::PULL)?;
+    replies.set_rcvhwm(0)?;
+    replies.bind(&inproc)?;
+    let (tx, rx) = crossbeam_channel::bounded::<Vec<Vec<u8>>>(1024);
+    let mut handles = Vec::with_capacity(workers);
+    for i in 0..workers {
+        let push = ctx.socket(zmq::PUSH)?;
+        push.set_sndhwm(0)?;
+        push.set_linger(1000)?;
+        push.connect(&inproc)?;
+        let (rx, store, counters) = (rx.clone(), store.clone(), counters.clone());
+        handles.push(
+            std::thread::Builder::new()
+                .name(format!("zper-reader-{i}"))
+                .spawn(move || work(rx, push, store, cap, counters))
+                .map_err(|_| zmq::Error::EMFILE)?,
+        );
+    }
+    let front = std::thread::Builder::new()
+        .name("zper-reader".into())
+        .spawn(move || front(router, replies, tx, handles, counters, stop))
+        .map_err(|_| zmq::Error::EMFILE)?;
+    Ok(Reader { front })
+}
+
+fn front(
+    router: zmq::Socket,
+    replies: zmq::Socket,
+    tx: Sender<Vec<Vec<u8>>>,
+    workers: Vec<JoinHandle<()>>,
+    counters: Arc<Counters>,
+    stop: Arc<AtomicBool>,
+) {
+    let forward = |replies: &zmq::Socket| {
+        while let Ok(frames) = replies.recv_multipart(zmq::DONTWAIT) {
+            if !try_send(&router, frames) {
+                Counters::add(&counters.replies_dropped, 1);
+            }
+        }
+    };
+    while !stop.load(Ordering::Relaxed) {
+        let mut items = [
+            router.as_poll_item(zmq::POLLIN),
+            replies.as_poll_item(zmq::POLLIN),
+        ];
+        if let Err(e) = zmq::poll(&mut items, POLL_MS) {
+            error!(error = %e, "reader poll failed");
+            break;
+        }
+        forward(&replies);
+        for _ in 0..1024 {
+            match router.recv_multipart(zmq::DONTWAIT) {
+                Ok(frames) => {
+                    if tx.send(frames).is_err() {
+                        error!("reader workers are gone");
+                    }
+                }
+                Err(zmq::Error::EAGAIN) => break,
+                Err(e) => {
+                    warn!(error = %e, "reader receive failed");
+                    break;
+                }
+            }
+        }
+    }
+    drop(tx);
+    for w in workers {
+        let _ = w.join();
+    }
+    forward(&replies);
+    debug!("reader stopped");
+}
+
+fn work(
+    rx: Receiver<Vec<Vec<u8>>>,
+    push: zmq::Socket,
+    store: Arc<Store>,
+    cap: u64,
+    counters: Arc<Counters>,
+) {
+    for mut frames in rx {
+        if frames.is_empty() {
+            continue;
+        }
+        let routing_id = frames.remove(0);
+        // REQ envelope: an empty first frame followed by the request; echoed in the reply.
+        let envelope = frames.len() > 1 && frames[0].is_empty();
+        if envelope {
+            frames.remove(0);
+        }
+        let reply = handle(&store, &routing_id, &frames, cap);
+        if matches!(reply, ReaderReply::Status(Status::InvalidCommand)) {
+            Counters::add(&counters.bad_requests, 1);
+        }
+        let mut out = Vec::with_capacity(4);
+        out.push(routing_id);
+        if envelope {
+            out.push(Vec::new());
+        }
+        out.extend(reply.into_frames());
+        if push.send_multipart(out, 0).is_err() {
+            Counters::add(&counters.replies_dropped, 1);
+        }
+    }
+}
+
+/// Answers one request (routing id = the client's ZPER identity, frames after the envelope).
+pub(crate) fn handle(
+    store: &Store,
+    routing_id: &[u8],
+    frames: &[Vec<u8>],
+    cap: u64,
+) -> ReaderReply {
+    let Ok(identity) = Identity::parse(routing_id) else {
+        return ReaderReply::Status(Status::InvalidCommand);
+    };
+    let request = match ReaderRequest::decode(frames) {
+        Ok(r) => r,
+        Err(e) => {
+            debug!(topic = %identity.topic, error = %e, "bad reader request");
+            return ReaderReply::Status(Status::InvalidCommand);
+        }
+    };
+    let span = debug_span!("reader", topic = %identity.topic, ?request);
+    let _enter = span.enter();
+    let Some(topic) = store.topic(&identity.topic) else {
+        return empty_topic(request);
+    };
+    let result = match request {
+        ReaderRequest::Fetch { offset, max_bytes } => topic
+            .fetch(offset, max_bytes as u64, cap)
+            .map(|f| ReaderReply::Data(f.bytes)),
+        ReaderRequest::Stream { offset } => {
+            topic
+                .stream(offset, cap)
+                .map(|(payloads, next_offset)| ReaderReply::Stream {
+                    next_offset,
+                    payloads,
+                })
+        }
+        ReaderRequest::Offset {
+            timestamp,
+            max_entries,
+        } => topic
+            .offsets(timestamp, max_entries)
+            .map(ReaderReply::Offsets),
+    };
+    result.unwrap_or_else(|e| match e {
+        StoreError::InvalidOffset { .. } => ReaderReply::Status(Status::InvalidOffset),
+        e => {
+            error!(error = %e, "reader store error");
+            ReaderReply::Status(Status::InternalError)
+        }
+    })
+}
+
+/// Replies for a topic that was never written: one empty segment at 0 (§5.4).
+fn empty_topic(request: ReaderRequest) -> ReaderReply {
+    match request {
+        ReaderRequest::Fetch { offset: 0, .. } => ReaderReply::Data(Vec::new()),
+        ReaderRequest::Stream { offset: 0 } => ReaderReply::Stream {
+            next_offset: 0,
+            payloads: Vec::new(),
+        },
+        ReaderRequest::Offset {
+            timestamp: Timestamp::Earliest,
+            ..
+        } => ReaderReply::Offsets(vec![0]),
+        ReaderRequest::Offset {
+            timestamp: Timestamp::Latest,
+            ..
+        } => ReaderReply::Offsets(vec![0, 0]),
+        _ => ReaderReply::Status(Status::InvalidOffset),
+    }
+}

@@ -1,0 +1,510 @@
+//! Writer endpoint (`writer.bind`, default 5555; spec `zper.md` §4, fixed as issue #2 asks).
+//!
+//! The front thread owns the ROUTER. It parses each producer's identity once (§3), routes every
+//! message of a topic to one worker (hash of the topic computed by the server, modulo
+//! `writer.workers`), and encodes the frames into stored records (§6.2: short form for 0..=255
+//! bytes, long form above, exactly what the original's decoder mode stores for ZMTP senders).
+//! An empty first frame followed by more frames is a REQ envelope: it is not stored (as the
+//! original's single mode, §4.2) and is echoed in mode-2 replies.
+//!
+//! Workers append, flush on the [`zper_store::FlushPolicy`] (count, timer, or at once when a
+//! producer waits: group commit), then queue acks back to the front over an inproc socket:
+//! mode 1 one single-frame ack per connection per flush carrying the newest covered message id,
+//! mode 2 `[empty][message id]` per message (§4.5). Undeliverable acks are dropped and counted.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use tracing::{debug, error, warn};
+use zper_store::{FlushPolicy, Store, TopicLog};
+use zper_wire::{encode_record, topic_hash, AckMode, Identity};
+
+use super::ack::FlushNotice;
+use super::{try_send, POLL_MS};
+use crate::metrics::Counters;
+
+/// A producer connection, known by its routing id (its ZPER identity).
+#[derive(Debug)]
+struct Producer {
+    routing_id: Vec<u8>,
+    topic: Arc<str>,
+    mode: AckMode,
+    worker: usize,
+}
+
+/// A run of consecutive messages of one producer inside a batch.
+#[derive(Debug)]
+struct Append {
+    producer: Arc<Producer>,
+    /// End of this run in `WriteBatch::bytes`.
+    bytes_end: usize,
+    messages: u64,
+    /// First frame of the newest message of the run.
+    last_id: Vec<u8>,
+}
+
+/// Records for one worker, in arrival order.
+#[derive(Debug, Default)]
+struct WriteBatch {
+    bytes: Vec<u8>,
+    appends: Vec<Append>,
+}
+
+/// Batches are handed to a worker once they reach this size, bytes.
+const BATCH_BYTES: usize = 256 * 1024;
+/// Messages read from the ROUTER per wake before batches are handed over.
+const DRAIN_MESSAGES: usize = 8192;
+/// Producer identities cached at most (the cache is cleared past this).
+const MAX_PRODUCERS: usize = 100_000;
+
+/// Started writer endpoint threads.
+pub(crate) struct Writer {
+    pub(crate) front: JoinHandle<()>,
+}
+
+/// Settings the writer needs.
+pub(crate) struct WriterSettings {
+    pub(crate) workers: usize,
+    pub(crate) max_message: usize,
+    pub(crate) policy: FlushPolicy,
+}
+
+/// Starts the front thread and `workers` worker threads over a bound ROUTER.
+pub(crate) fn start(
+    ctx: &zmq::Context,
+    router: zmq::Socket,
+    settings: WriterSettings,
+    store: Arc<Store>,
+    notices: Sender<FlushNotice>,
+    counters: Arc<Counters>,
+    stop: Arc<AtomicBool>,
+) -> Result<Writer, zmq::Error> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let inproc = format!(
+        "inproc://zper-writer-acks-{}",
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    );
+    let acks = ctx.socket(zmq::PULL)?;
+    acks.set_rcvhwm(0)?;
+    acks.bind(&inproc)?;
+    let mut senders = Vec::with_capacity(settings.workers);
+    let mut workers = Vec::with_capacity(settings.workers);
+    for i in 0..settings.workers {
+        let (tx, rx) = crossbeam_channel::bounded(16);
+        let push = ctx.socket(zmq::PUSH)?;
+        push.set_sndhwm(0)?;
+        push.set_linger(1000)?;
+        push.connect(&inproc)?;
+        let worker = Worker {
+            rx,
+            acks: push,
+            notices: notices.clone(),
+            store: store.clone(),
+            policy: settings.policy,
+            topics: HashMap::new(),
+            counters: counters.clone(),
+        };
+        workers.push(
+            std::thread::Builder::new()
+                .name(format!("zper-writer-{i}"))
+                .spawn(move || worker.run())
+                .map_err(|_| zmq::Error::EMFILE)?,
+        );
+        senders.push(tx);
+    }
+    let front = Front {
+        router,
+        acks,
+        senders,
+        producers: HashMap::new(),
+        max_message: settings.max_message,
+        counters,
+        stop,
+    };
+    let front = std::thread::Builder::new()
+        .name("zper-writer".into())
+        .spawn(move || front.run(workers))
+        .map_err(|_| zmq::Error::EMFILE)?;
+    Ok(Writer { front })
+}
+
+struct Front {
+    router: zmq::Socket,
+    acks: zmq::Socket,
+    senders: Vec<Sender<WriteBatch>>,
+    producers: HashMap<Vec<u8>, Option<Arc<Producer>>>,
+    max_message: usize,
+    counters: Arc<Counters>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Front {
+    fn run(mut self, workers: Vec<JoinHandle<()>>) {
+        let mut batches: Vec<WriteBatch> =
+            self.senders.iter().map(|_| WriteBatch::default()).collect();
+        let mut frame = zmq::Message::new();
+        while !self.stop.load(Ordering::Relaxed) {
+            let mut items = [
+                self.router.as_poll_item(zmq::POLLIN),
+                self.acks.as_poll_item(zmq::POLLIN),
+            ];
+            if let Err(e) = zmq::poll(&mut items, POLL_MS) {
+                error!(error = %e, "writer poll failed");
+                break;
+            }
+            self.forward_acks();
+            for _ in 0..DRAIN_MESSAGES {
+                match self.read_message(&mut frame, &mut batches) {
+                    Ok(Some(worker)) if batches[worker].bytes.len() >= BATCH_BYTES => {
+                        self.dispatch(worker, &mut batches);
+                    }
+                    Ok(_) => {}
+                    Err(zmq::Error::EAGAIN) => break,
+                    Err(e) => {
+                        warn!(error = %e, "writer receive failed");
+                        break;
+                    }
+                }
+            }
+            for worker in 0..batches.len() {
+                self.dispatch(worker, &mut batches);
+            }
+        }
+        // Shutdown: workers flush what they hold and exit once their channel closes.
+        self.senders.clear();
+        for w in workers {
+            let _ = w.join();
+        }
+        self.forward_acks();
+        debug!("writer stopped");
+    }
+
+    fn dispatch(&self, worker: usize, batches: &mut [WriteBatch]) {
+        if batches[worker].appends.is_empty() {
+            return;
+        }
+        let batch = std::mem::take(&mut batches[worker]);
+        // Blocks when the worker is 16 batches behind: backpressure reaches the producers' TCP.
+        if self.senders[worker].send(batch).is_err() {
+            error!(worker, "writer worker is gone");
+        }
+    }
+
+    fn forward_acks(&self) {
+        while let Ok(frames) = self.acks.recv_multipart(zmq::DONTWAIT) {
+            if try_send(&self.router, frames) {
+                Counters::add(&self.counters.acks_sent, 1);
+            } else {
+                Counters::add(&self.counters.acks_dropped, 1);
+            }
+        }
+    }
+
+    fn producer(&mut self, routing_id: &[u8]) -> Option<Arc<Producer>> {
+        if let Some(p) = self.producers.get(routing_id) {
+            return p.clone();
+        }
+        if self.producers.len() >= MAX_PRODUCERS {
+            self.producers.clear();
+        }
+        let parsed = Identity::parse(routing_id).ok().map(|id| {
+            Arc::new(Producer {
+                routing_id: routing_id.to_vec(),
+                worker: usize::from(topic_hash(&id.topic)) % self.senders.len(),
+                mode: id.ack_mode(),
+                topic: Arc::from(id.topic.as_str()),
+            })
+        });
+        self.producers.insert(routing_id.to_vec(), parsed.clone());
+        parsed
+    }
+
+    /// Reads one whole message from the ROUTER into its worker's batch. Returns the worker, or
+    /// None when the message was dropped (invalid identity, oversized frame).
+    fn read_message(
+        &mut self,
+        frame: &mut zmq::Message,
+        batches: &mut [WriteBatch],
+    ) -> Result<Option<usize>, zmq::Error> {
+        self.router.recv(frame, zmq::DONTWAIT)?;
+        let producer = self.producer(frame);
+        let Some(producer) = producer else {
+            Counters::add(&self.counters.invalid_identity, 1);
+            self.skip_rest(frame)?;
+            return Ok(None);
+        };
+        let batch = &mut batches[producer.worker];
+        let mark = batch.bytes.len();
+        let mut at_start = true;
+        let mut id_taken = false;
+        let mut id: Vec<u8> = Vec::new();
+        while self.router.get_rcvmore()? {
+            self.router.recv(frame, 0)?;
+            let more = self.router.get_rcvmore()?;
+            if at_start && frame.is_empty() && more {
+                at_start = false; // REQ envelope
+                continue;
+            }
+            at_start = false;
+            if frame.len() > self.max_message {
+                batch.bytes.truncate(mark);
+                Counters::add(&self.counters.oversized_frames, 1);
+                if more {
+                    self.skip_rest(frame)?;
+                }
+                return Ok(None);
+            }
+            if !id_taken {
+                id.extend_from_slice(frame);
+                id_taken = true;
+            }
+            encode_record(frame, more, &mut batch.bytes);
+        }
+        if batch.bytes.len() == mark {
+            return Ok(None); // a routing id with no data frames: nothing to store
+        }
+        let end = batch.bytes.len();
+        match batch.appends.last_mut() {
+            Some(last)
+                if Arc::ptr_eq(&last.producer, &producer)
+                    && producer.mode != AckMode::PerMessage =>
+            {
+                last.bytes_end = end;
+                last.messages += 1;
+                last.last_id = id;
+            }
+            _ => batch.appends.push(Append {
+                producer: producer.clone(),
+                bytes_end: end,
+                messages: 1,
+                last_id: id,
+            }),
+        }
+        Ok(Some(producer.worker))
+    }
+
+    fn skip_rest(&self, frame: &mut zmq::Message) -> Result<(), zmq::Error> {
+        while self.router.get_rcvmore()? {
+            self.router.recv(frame, 0)?;
+        }
+        Ok(())
+    }
+}
+
+/// A producer waiting for durability of a message ending at `end`.
+#[derive(Debug)]
+struct Waiter {
+    end: u64,
+    message_id: Vec<u8>,
+}
+
+/// A worker's view of one topic.
+struct TopicWork {
+    log: Arc<TopicLog>,
+    /// First frame of the last message appended.
+    last_id: Vec<u8>,
+    /// Flushed offset last published on the ack endpoint.
+    published_end: u64,
+    /// Mode 1: newest waiting message per connection.
+    per_flush: HashMap<Vec<u8>, Waiter>,
+    /// Mode 2: every waiting message, in append order.
+    per_message: Vec<(Vec<u8>, Waiter)>,
+}
+
+impl TopicWork {
+    fn has_waiters(&self) -> bool {
+        !self.per_flush.is_empty() || !self.per_message.is_empty()
+    }
+}
+
+struct Worker {
+    rx: Receiver<WriteBatch>,
+    acks: zmq::Socket,
+    notices: Sender<FlushNotice>,
+    store: Arc<Store>,
+    policy: FlushPolicy,
+    topics: HashMap<Arc<str>, TopicWork>,
+    counters: Arc<Counters>,
+}
+
+impl Worker {
+    fn run(mut self) {
+        loop {
+            let timeout = self
+                .next_deadline()
+                .map_or(Duration::from_millis(500), |d| {
+                    d.saturating_duration_since(Instant::now())
+                });
+            match self.rx.recv_timeout(timeout) {
+                Ok(batch) => {
+                    self.apply(batch);
+                    // Group commit: take everything already queued before flushing once.
+                    for _ in 0..64 {
+                        match self.rx.try_recv() {
+                            Ok(b) => self.apply(b),
+                            Err(_) => break,
+                        }
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    self.flush_due(true);
+                    return;
+                }
+            }
+            self.flush_due(false);
+        }
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.topics
+            .values()
+            .filter_map(|t| {
+                t.log
+                    .pending()
+                    .ok()
+                    .and_then(|(_, first)| self.policy.deadline(first))
+            })
+            .min()
+    }
+
+    fn topic(&mut self, name: &Arc<str>) -> Option<&mut TopicWork> {
+        if !self.topics.contains_key(name) {
+            match self.store.topic_or_create(name) {
+                Ok(log) => {
+                    let published_end = log.flushed_end().unwrap_or(0);
+                    self.topics.insert(
+                        name.clone(),
+                        TopicWork {
+                            log,
+                            last_id: Vec::new(),
+                            published_end,
+                            per_flush: HashMap::new(),
+                            per_message: Vec::new(),
+                        },
+                    );
+                }
+                Err(e) => {
+                    error!(topic = %name, error = %e, "cannot open topic");
+                    return None;
+                }
+            }
+        }
+        self.topics.get_mut(name)
+    }
+
+    fn apply(&mut self, batch: WriteBatch) {
+        let mut start = 0usize;
+        let mut i = 0;
+        while i < batch.appends.len() {
+            // One write for every consecutive run of the same topic.
+            let topic = batch.appends[i].producer.topic.clone();
+            let mut j = i;
+            while j + 1 < batch.appends.len() && batch.appends[j + 1].producer.topic == topic {
+                j += 1;
+            }
+            let run = &batch.appends[i..=j];
+            let end = run[run.len() - 1].bytes_end;
+            let messages: u64 = run.iter().map(|a| a.messages).sum();
+            self.append_run(&topic, run, &batch.bytes[start..end], start, messages);
+            start = end;
+            i = j + 1;
+        }
+    }
+
+    fn append_run(
+        &mut self,
+        topic: &Arc<str>,
+        run: &[Append],
+        bytes: &[u8],
+        base: usize,
+        messages: u64,
+    ) {
+        let counters = self.counters.clone();
+        let Some(work) = self.topic(topic) else {
+            Counters::add(&counters.append_errors, messages);
+            return;
+        };
+        let end = match work.log.append(bytes, messages) {
+            Ok(end) => end,
+            Err(e) => {
+                error!(topic = %topic, error = %e, "append failed");
+                Counters::add(&counters.append_errors, messages);
+                return;
+            }
+        };
+        Counters::add(&counters.messages_stored, messages);
+        Counters::add(&counters.bytes_stored, bytes.len() as u64);
+        let start_offset = end - bytes.len() as u64;
+        for a in run {
+            let waiter_end = start_offset + (a.bytes_end - base) as u64;
+            match a.producer.mode {
+                AckMode::None => {}
+                AckMode::PerFlush => {
+                    work.per_flush.insert(
+                        a.producer.routing_id.clone(),
+                        Waiter {
+                            end: waiter_end,
+                            message_id: a.last_id.clone(),
+                        },
+                    );
+                }
+                AckMode::PerMessage => work.per_message.push((
+                    a.producer.routing_id.clone(),
+                    Waiter {
+                        end: waiter_end,
+                        message_id: a.last_id.clone(),
+                    },
+                )),
+            }
+        }
+        if let Some(last) = run.last() {
+            work.last_id.clone_from(&last.last_id);
+        }
+    }
+
+    /// Flushes every topic whose policy says so (all of them when `force`), then acks what is
+    /// durable and publishes the flush.
+    fn flush_due(&mut self, force: bool) {
+        let now = Instant::now();
+        for (name, work) in self.topics.iter_mut() {
+            let (pending, first) = work.log.pending().unwrap_or((0, None));
+            if force || self.policy.due(pending, first, work.has_waiters(), now) {
+                if let Err(e) = work.log.flush() {
+                    error!(topic = %name, error = %e, "flush failed");
+                    continue;
+                }
+            }
+            let Ok(flushed) = work.log.flushed_end() else {
+                continue;
+            };
+            if flushed > work.published_end {
+                work.published_end = flushed;
+                let _ = self.notices.send(FlushNotice {
+                    topic: name.clone(),
+                    message_id: work.last_id.clone(),
+                    end_offset: flushed,
+                });
+                send_acks(&self.acks, work, flushed);
+            }
+        }
+    }
+}
+
+fn send_acks(acks: &zmq::Socket, work: &mut TopicWork, flushed: u64) {
+    work.per_flush.retain(|routing_id, w| {
+        if w.end > flushed {
+            return true;
+        }
+        let _ = acks.send_multipart([routing_id.clone(), std::mem::take(&mut w.message_id)], 0);
+        false
+    });
+    let done = work.per_message.partition_point(|(_, w)| w.end <= flushed);
+    for (routing_id, w) in work.per_message.drain(..done) {
+        let _ = acks.send_multipart([routing_id, Vec::new(), w.message_id], 0);
+    }
+}

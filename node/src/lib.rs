@@ -1,0 +1,12 @@
+//! zper: the node binary's library. Composes the segment store (`zper-store`) and the ZPER wire
+//! codecs (`zper-wire`) into the writer, reader and ack endpoints of spec `zper.md`, plus the
+//! configuration and the CLI. zmq lives here and only here.
+
+pub mod cli;
+pub mod config;
+pub mod endpoint;
+pub mod metrics;
+pub mod node;
+
+pub use config::{ConfigError, NodeConfig};
+pub use node::{Endpoints, Node, NodeError};

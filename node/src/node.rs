@@ -1,0 +1,215 @@
+//! A running zper node: the store plus the writer, reader and ack endpoints (issue #2).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime};
+
+use thiserror::Error;
+use tracing::{error, info, warn};
+use zper_store::{Store, StoreError};
+
+use crate::config::NodeConfig;
+use crate::endpoint::{ack, reader, writer};
+use crate::metrics::Counters;
+
+/// Why a node could not start or stop cleanly.
+#[derive(Debug, Error)]
+pub enum NodeError {
+    /// The store could not be opened or flushed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A socket could not be bound (address in use, bad endpoint).
+    #[error("cannot bind {endpoint}: {source}")]
+    Bind {
+        /// The endpoint.
+        endpoint: String,
+        /// The zmq error.
+        source: zmq::Error,
+    },
+    /// Any other zmq failure while setting up.
+    #[error("zmq: {0}")]
+    Zmq(#[from] zmq::Error),
+}
+
+/// The endpoints a node actually bound (ports resolved when the config asked for `*` or `0`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoints {
+    /// Writer ROUTER.
+    pub writer: String,
+    /// Reader ROUTER.
+    pub reader: String,
+    /// Ack PUB.
+    pub ack: String,
+}
+
+/// A started node. Dropping it without [`Node::shutdown`] leaves its threads running.
+pub struct Node {
+    endpoints: Endpoints,
+    store: Arc<Store>,
+    counters: Arc<Counters>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+    _ctx: zmq::Context,
+}
+
+fn bind(
+    ctx: &zmq::Context,
+    kind: zmq::SocketType,
+    endpoint: &str,
+) -> Result<zmq::Socket, NodeError> {
+    let s = ctx.socket(kind)?;
+    s.set_linger(0)?;
+    s.bind(endpoint).map_err(|source| NodeError::Bind {
+        endpoint: endpoint.to_owned(),
+        source,
+    })?;
+    Ok(s)
+}
+
+fn last_endpoint(s: &zmq::Socket) -> Result<String, NodeError> {
+    Ok(s.get_last_endpoint()?.unwrap_or_default())
+}
+
+impl Node {
+    /// Opens the store and binds every endpoint.
+    ///
+    /// Errors: the store can't be opened (for example `base_dir` is a file); an endpoint can't
+    /// be bound.
+    pub fn start(config: &NodeConfig) -> Result<Node, NodeError> {
+        for key in &config.unknown_keys {
+            warn!(key = %key, "unknown config key ignored");
+        }
+        let store = Arc::new(Store::open(config.store.clone())?);
+        let ctx = zmq::Context::new();
+        ctx.set_io_threads(config.io_threads)?;
+        let counters = Arc::new(Counters::default());
+        let stop = Arc::new(AtomicBool::new(false));
+
+        let w = ctx.socket(zmq::ROUTER)?;
+        w.set_router_handover(true)?; // §2: a new connection takes an identity over
+        w.set_router_mandatory(true)?; // undeliverable acks fail and are counted
+        w.set_rcvhwm(config.receive_hwm)?;
+        w.set_rcvbuf(config.receive_buffer)?;
+        // Frames over max_message are dropped and counted by the front; libzmq itself cuts a
+        // connection only past 8 x max_message (the original's ring buffer), to bound memory.
+        w.set_maxmsgsize((config.max_message as i64).saturating_mul(8))?;
+        w.set_linger(0)?;
+        w.bind(&config.writer_bind)
+            .map_err(|source| NodeError::Bind {
+                endpoint: config.writer_bind.clone(),
+                source,
+            })?;
+        let r = ctx.socket(zmq::ROUTER)?;
+        r.set_router_mandatory(true)?;
+        r.set_sndbuf(config.send_buffer)?;
+        r.set_linger(0)?;
+        r.bind(&config.reader_bind)
+            .map_err(|source| NodeError::Bind {
+                endpoint: config.reader_bind.clone(),
+                source,
+            })?;
+        let p = bind(&ctx, zmq::PUB, &config.ack_bind)?;
+        let endpoints = Endpoints {
+            writer: last_endpoint(&w)?,
+            reader: last_endpoint(&r)?,
+            ack: last_endpoint(&p)?,
+        };
+
+        let (notice_tx, notice_rx) = crossbeam_channel::unbounded();
+        let ack_counters = counters.clone();
+        let mut threads = vec![std::thread::Builder::new()
+            .name("zper-ack".into())
+            .spawn(move || ack::run(p, notice_rx, ack_counters))
+            .map_err(|_| zmq::Error::EMFILE)?];
+        let writer = writer::start(
+            &ctx,
+            w,
+            writer::WriterSettings {
+                workers: config.writer_workers,
+                max_message: config.max_message,
+                policy: config.store.flush,
+            },
+            store.clone(),
+            notice_tx,
+            counters.clone(),
+            stop.clone(),
+        )?;
+        threads.push(writer.front);
+        let cap = config.max_message as u64 + 9;
+        let reader = reader::start(
+            &ctx,
+            r,
+            config.reader_workers,
+            cap,
+            store.clone(),
+            counters.clone(),
+            stop.clone(),
+        )?;
+        threads.push(reader.front);
+        let (rstore, rstop, every) = (store.clone(), stop.clone(), config.retention_check);
+        threads.push(
+            std::thread::Builder::new()
+                .name("zper-retention".into())
+                .spawn(move || retention(rstore, rstop, every))
+                .map_err(|_| zmq::Error::EMFILE)?,
+        );
+        info!(
+            base_dir = %config.store.base_dir.display(),
+            writer = %endpoints.writer,
+            reader = %endpoints.reader,
+            ack = %endpoints.ack,
+            "zper node started"
+        );
+        Ok(Node {
+            endpoints,
+            store,
+            counters,
+            stop,
+            threads,
+            _ctx: ctx,
+        })
+    }
+
+    /// The bound endpoints.
+    pub fn endpoints(&self) -> &Endpoints {
+        &self.endpoints
+    }
+
+    /// The node's counters.
+    pub fn counters(&self) -> &Arc<Counters> {
+        &self.counters
+    }
+
+    /// The node's store.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// Stops every endpoint, lets the writer workers append and flush what they hold, and
+    /// flushes every topic.
+    pub fn shutdown(self) -> Result<(), NodeError> {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads {
+            if t.join().is_err() {
+                error!("an endpoint thread panicked");
+            }
+        }
+        self.store.flush_all()?;
+        info!("zper node stopped; all topics flushed");
+        Ok(())
+    }
+}
+
+fn retention(store: Arc<Store>, stop: Arc<AtomicBool>, every: Duration) {
+    let mut next = Instant::now() + every;
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(100));
+        if Instant::now() >= next {
+            next = Instant::now() + every;
+            if let Err(e) = store.apply_retention(SystemTime::now()) {
+                error!(error = %e, "retention failed");
+            }
+        }
+    }
+}
