@@ -65,7 +65,7 @@ pub fn run(args: ConsumeArgs) -> Result<()> {
         let mut frames: Vec<String> = Vec::new();
         let mut msg_start = offset;
         let mut pos = offset;
-        while let Some(rec) = it.next() {
+        for rec in it.by_ref() {
             pos += rec.stored_len() as u64;
             frames.push(String::from_utf8_lossy(rec.payload).into_owned());
             if !rec.more {

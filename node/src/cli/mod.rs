@@ -15,7 +15,7 @@ use clap::{Parser, Subcommand};
 #[command(name = "zper", version, about)]
 pub struct Cli {
     /// A server.properties-style config file (default: the embedded one, data under ./data).
-    #[arg(long, short = 'c', global = true, value_name = "FILE")]
+    #[arg(long, global = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// What to do (default: run a node).
     #[command(subcommand)]

@@ -1,0 +1,126 @@
+//! The CLI against a running node: produce, consume, perf (issue #2 "CLI").
+
+mod common;
+
+use std::process::{Command, Output};
+
+use common::*;
+
+fn zper(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_zper"))
+        .args(args)
+        .output()
+        .expect("run zper")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn field(line: &str, key: &str) -> String {
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[test]
+fn produce_then_consume_round_trips_in_every_mode() {
+    let n = TestNode::start();
+    for mode in ["0", "1", "2"] {
+        let o = zper(&[
+            "produce", "-t", "cli", "-w", &n.writer, "-m", mode, "hello", "world",
+        ]);
+        assert!(o.status.success(), "{o:?}");
+    }
+    assert!(eventually(|| n.read_all("cli").len() == 3 * (3 + 7 + 3 + 7)));
+    let o = zper(&["consume", "-t", "cli", "-r", &n.reader, "--offsets"]);
+    assert!(o.status.success(), "{o:?}");
+    let lines: Vec<String> = stdout(&o).lines().map(str::to_owned).collect();
+    assert_eq!(lines.len(), 6);
+    assert_eq!(lines[0], "0\t0\thello");
+    assert_eq!(lines[1], "10\t1\tworld");
+    assert_eq!(lines[5], "50\t1\tworld");
+    // From a byte offset, at most one message.
+    let o = zper(&[
+        "consume", "-t", "cli", "-r", &n.reader, "--from", "20", "-n", "1",
+    ]);
+    assert_eq!(stdout(&o), "0\thello\n");
+    // From latest: nothing new.
+    let o = zper(&["consume", "-t", "cli", "-r", &n.reader, "--from", "latest"]);
+    assert_eq!(stdout(&o), "");
+}
+
+#[test]
+fn cli_bad_input_gets_a_message_not_a_panic() {
+    let n = TestNode::start();
+    for args in [
+        vec!["produce", "-t", "bad-topic", "-w", n.writer.as_str(), "x"],
+        vec![
+            "consume",
+            "-t",
+            "cli",
+            "-r",
+            n.reader.as_str(),
+            "--from",
+            "yesterday",
+        ],
+        vec![
+            "consume",
+            "-t",
+            "cli",
+            "-r",
+            n.reader.as_str(),
+            "--from",
+            "3",
+        ],
+        vec![
+            "perf",
+            "produce",
+            "-t",
+            "p",
+            "-w",
+            n.writer.as_str(),
+            "-n",
+            "1",
+            "-c",
+            "4",
+        ],
+    ] {
+        let o = zper(&args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {o:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.starts_with("zper: "), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    let o = zper(&["produce", "-t", "x", "-m", "7"]);
+    assert_eq!(o.status.code(), Some(2), "clap rejects the mode");
+}
+
+#[test]
+fn perf_tools_count_what_they_claim() {
+    let n = TestNode::start();
+    let o = zper(&[
+        "perf", "produce", "-t", "perf", "-w", &n.writer, "-n", "3000", "-m", "1", "-c", "2",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    let line = stdout(&o);
+    assert_eq!(field(&line, "messages"), "3000");
+    assert_eq!(field(&line, "counted"), "acknowledged-durable");
+    // Acknowledged as durable means readable now: 3000 messages of 5 + 100 bytes.
+    assert_eq!(n.read_all("perf").len(), 3000 * 109);
+    let o = zper(&[
+        "perf", "produce", "-t", "perf", "-w", &n.writer, "-n", "200", "-m", "2", "-c", "4",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    assert!(!field(&stdout(&o), "p99_ms").is_empty());
+    assert_eq!(n.read_all("perf").len(), 3200 * 109);
+    let o = zper(&[
+        "perf", "consume", "-t", "perf", "-r", &n.reader, "-n", "3200", "-s", "10000",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(field(&stdout(&o), "messages"), "3200");
+    let o = zper(&["perf", "raw", "-n", "1000"]);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(field(&stdout(&o), "messages"), "1000");
+}
