@@ -152,11 +152,15 @@ fn produce(a: ProduceArgs) -> Result<()> {
     let pb = progress(total);
     let start = Instant::now();
     let mut handles = Vec::new();
+    // One context (two I/O threads) for every sender: 64 REQ clients with a context each would
+    // measure the client's own thread scheduling on a small machine, not the broker.
+    let shared = zmq::Context::new();
+    shared.set_io_threads(2)?;
     for _ in 0..a.threads {
         let (eps, topic, pb) = (endpoints.clone(), a.topic.clone(), pb.clone());
+        let ctx = shared.clone();
         let (size, mode, window, timeout) = (a.size, a.mode, a.window, a.timeout);
         handles.push(std::thread::spawn(move || -> Result<Vec<Duration>> {
-            let ctx = zmq::Context::new();
             let kind = if mode == 2 { zmq::REQ } else { zmq::DEALER };
             let s = ctx.socket(kind)?;
             s.set_identity(&identity(&topic, mode)?)?;
