@@ -11,6 +11,9 @@ use crate::index::walk_to;
 use crate::segment::Segment;
 use crate::{StoreError, TopicLog};
 
+/// Bytes read at a time when indexing a segment found on disk.
+const INDEX_CHUNK: u64 = 4 << 20;
+
 /// Bytes of one FETCH: a raw range of one segment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fetched {
@@ -68,10 +71,22 @@ impl TopicLog {
                 .lock()
                 .map_err(|_| StoreError::Poisoned(self.name.clone()))?;
             if !index.built {
-                let len = end - seg.start;
-                let mut buf = vec![0u8; len as usize];
-                read_exact_at(seg, &mut buf, seg.start)?;
-                index.note_records(seg.start, &buf);
+                // A segment found on disk: index it once, in bounded chunks.
+                let mut pos = seg.start;
+                let mut chunk = INDEX_CHUNK;
+                while pos < end {
+                    let n = (end - pos).min(chunk);
+                    let mut buf = vec![0u8; n as usize];
+                    read_exact_at(seg, &mut buf, pos)?;
+                    let used = index.note_records(pos, &buf) as u64;
+                    if used == 0 {
+                        if n == end - pos {
+                            break; // an invalid or incomplete record: nothing past it is a boundary
+                        }
+                        chunk = chunk.saturating_mul(2); // one record larger than the chunk
+                    }
+                    pos += used;
+                }
                 index.built = true;
             }
             index.floor(off).unwrap_or(seg.start)

@@ -402,3 +402,46 @@ fn opens_original_zper_data_directory_spec_6() {
         assert_eq!(got, log, "{topic}");
     }
 }
+
+#[test]
+fn boundary_checks_in_segments_found_on_disk_spec_5_3() {
+    // An older segment written by the original (never appended by zper): its record index is
+    // built on first use, so offsets inside it are checked like those of a live segment.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tdir = dir.path().join("old");
+    fs::create_dir_all(&tdir).expect("mkdir");
+    let mut seg0 = Vec::new();
+    let mut starts = Vec::new();
+    for i in 0..3000u32 {
+        starts.push(seg0.len() as u64);
+        seg0.extend_from_slice(&message(
+            &i.to_be_bytes(),
+            &vec![b'q'; (i as usize * 31) % 700],
+        ));
+    }
+    fs::write(tdir.join("00000000000000000000.dat"), &seg0).expect("write");
+    let next = seg0.len() as u64;
+    fs::write(tdir.join(format!("{next:020}.dat")), message(b"n", b"m")).expect("write");
+    let store = Store::open(config(dir.path(), 1 << 30)).expect("open");
+    let t = store.topic("old").expect("topic");
+    for &s in starts.iter().step_by(97) {
+        let f = t
+            .fetch(s as i64, 64, 1 << 20)
+            .expect("message start is a boundary");
+        assert_eq!(
+            f.bytes[..],
+            seg0[s as usize..(s as usize + 64).min(seg0.len())]
+        );
+        assert!(
+            is_invalid(t.fetch(s as i64 + 1, 64, 1 << 20)),
+            "inside a header"
+        );
+        // Inside the first record of the message, one byte past its header.
+        assert!(is_invalid(t.fetch(s as i64 + 3, 64, 1 << 20)));
+    }
+    // The end of the older segment is the start of the next one.
+    assert_eq!(
+        t.fetch(next as i64, 100, 100).expect("next").bytes,
+        message(b"n", b"m")
+    );
+}
