@@ -177,17 +177,21 @@ impl NodeConfig {
         c.receive_hwm = num(map, "receive_hwm", c.receive_hwm as u64, 0)? as i32;
         c.receive_buffer = num(map, "receive_buffer", c.receive_buffer as u64, 0)? as i32;
         c.send_buffer = num(map, "send_buffer", c.send_buffer as u64, 0)? as i32;
-        c.io_threads = num(map, "io_threads", 1, 1)? as i32;
-        c.writer_workers = num(map, "writer.workers", 5, 1)? as usize;
-        c.reader_workers = num(map, "reader.workers", 5, 1)? as usize;
+        c.io_threads = capped(map, "io_threads", 1, MAX_IO_THREADS)? as i32;
+        c.writer_workers = capped(map, "writer.workers", 5, MAX_WORKERS)? as usize;
+        c.reader_workers = capped(map, "reader.workers", 5, MAX_WORKERS)? as usize;
         for (key, field) in [
             ("writer.bind", &mut c.writer_bind),
             ("reader.bind", &mut c.reader_bind),
             ("ack.bind", &mut c.ack_bind),
         ] {
             if let Some(v) = get(key) {
-                if !v.contains("://") {
-                    return Err(bad(key, &v, "a ZeroMQ endpoint such as tcp://*:5555"));
+                if !valid_endpoint(&v) {
+                    return Err(bad(
+                        key,
+                        &v,
+                        "a ZeroMQ endpoint such as tcp://*:5555 (port 0-65535 or *), ipc:// or inproc://",
+                    ));
                 }
                 *field = v;
             }
@@ -215,6 +219,43 @@ fn bad(key: &str, value: &str, expected: &'static str) -> ConfigError {
     }
 }
 
+/// Most ZeroMQ I/O threads accepted (`io_threads`).
+pub const MAX_IO_THREADS: u64 = 64;
+/// Most worker threads accepted per endpoint (`writer.workers`, `reader.workers`).
+pub const MAX_WORKERS: u64 = 256;
+
+fn capped(
+    map: &HashMap<String, String>,
+    key: &str,
+    default: u64,
+    max: u64,
+) -> Result<u64, ConfigError> {
+    let n = num(map, key, default, 1)?;
+    if n > max {
+        return Err(ConfigError::Value {
+            key: key.to_owned(),
+            value: n.to_string(),
+            expected: if max == MAX_IO_THREADS {
+                "a whole number from 1 to 64"
+            } else {
+                "a whole number from 1 to 256"
+            },
+        });
+    }
+    Ok(n)
+}
+
+/// `tcp://host:port` with a port of 0-65535 or `*`, or any `ipc://` / `inproc://` endpoint.
+fn valid_endpoint(v: &str) -> bool {
+    if let Some(rest) = v.strip_prefix("tcp://") {
+        return match rest.rsplit_once(':') {
+            Some((host, port)) => !host.is_empty() && (port == "*" || port.parse::<u16>().is_ok()),
+            None => false,
+        };
+    }
+    (v.starts_with("ipc://") || v.starts_with("inproc://")) && v.len() > "inproc://".len()
+}
+
 fn num(
     map: &HashMap<String, String>,
     key: &str,
@@ -236,10 +277,10 @@ fn num(
         _ => Err(bad(
             key,
             v,
-            if min == 0 {
-                "a whole number from 0 to 2147483647"
-            } else {
-                "a whole number from 1 to 2147483647"
+            match (min, max == u64::MAX) {
+                (_, true) => "a whole number of bytes, at least 1",
+                (0, false) => "a whole number from 0 to 2147483647",
+                _ => "a whole number from 1 to 2147483647",
             },
         )),
     }
@@ -301,7 +342,11 @@ mod tests {
             ("writer.workers = 0", "writer.workers"),
             ("flush_interval = -5", "flush_interval"),
             ("reader.bind = 5556", "reader.bind"),
+            ("writer.bind = tcp://127.0.0.1:99999", "writer.bind"),
+            ("ack.bind = tcp://127.0.0.1", "ack.bind"),
             ("io_threads = ", "io_threads"),
+            ("io_threads = 100000", "io_threads"),
+            ("reader.workers = 5000", "reader.workers"),
         ] {
             let e = parse(text).expect_err(text);
             assert!(e.to_string().contains(&format!("`{key}`")), "{e}");

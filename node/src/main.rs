@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
+use zper::cli::client::Targets;
 use zper::cli::{consume, perf, produce, Cli, Command};
 use zper::{Node, NodeConfig};
 
@@ -17,14 +18,15 @@ fn main() {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
+    let config = cli.config.as_deref();
     let result = match cli.command {
-        None | Some(Command::Run) => run_node(cli.config.as_deref()),
-        Some(Command::Produce(a)) => produce::run(a),
-        Some(Command::Consume(a)) => consume::run(a),
-        Some(Command::Perf(p)) => perf::run(p),
+        None | Some(Command::Run) => run_node(config),
+        Some(Command::Produce(a)) => Targets::from_config(config).and_then(|t| produce::run(a, &t)),
+        Some(Command::Consume(a)) => Targets::from_config(config).and_then(|t| consume::run(a, &t)),
+        Some(Command::Perf(p)) => Targets::from_config(config).and_then(|t| perf::run(p, &t)),
     };
     if let Err(e) = result {
-        eprintln!("zper: {e:#}");
+        eprintln!("zper: {}", error_chain(&e));
         std::process::exit(1);
     }
 }
@@ -44,4 +46,21 @@ fn run_node(config: Option<&std::path::Path>) -> Result<()> {
     }
     node.shutdown()?;
     Ok(())
+}
+
+/// The error and its causes, skipping a cause whose text the previous message already contains
+/// (our errors print their source inline).
+fn error_chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }

@@ -14,6 +14,8 @@ pub struct Counters {
     pub invalid_identity: AtomicU64,
     /// Writer messages dropped: a frame larger than `max_message`.
     pub oversized_frames: AtomicU64,
+    /// Writer messages dropped: an empty last frame while `allow_empty_message` is false.
+    pub empty_messages: AtomicU64,
     /// Writer messages dropped: the store refused the append (I/O error).
     pub append_errors: AtomicU64,
     /// Acks that could not be delivered (peer gone or its queue full); never stops the writer.

@@ -13,6 +13,11 @@ use crate::config::NodeConfig;
 use crate::endpoint::{ack, reader, writer};
 use crate::metrics::Counters;
 
+/// Unread acks queued per producer connection before further acks to it are dropped.
+pub const WRITER_ACK_HWM: i32 = 100_000;
+/// Unread replies queued per reader connection before further replies to it are dropped.
+pub const READER_REPLY_HWM: i32 = 16;
+
 /// Why a node could not start or stop cleanly.
 #[derive(Debug, Error)]
 pub enum NodeError {
@@ -89,6 +94,8 @@ impl Node {
         let w = ctx.socket(zmq::ROUTER)?;
         w.set_router_handover(true)?; // §2: a new connection takes an identity over
         w.set_router_mandatory(true)?; // undeliverable acks fail and are counted
+                                       // Acks are small; a pipelining mode-2 DEALER may fall this far behind before acks drop.
+        w.set_sndhwm(WRITER_ACK_HWM)?;
         w.set_rcvhwm(config.receive_hwm)?;
         w.set_rcvbuf(config.receive_buffer)?;
         // Frames over max_message are dropped and counted by the front; libzmq itself cuts a
@@ -102,6 +109,12 @@ impl Node {
             })?;
         let r = ctx.socket(zmq::ROUTER)?;
         r.set_router_mandatory(true)?;
+        // A reconnecting consumer takes its identity over instead of hanging behind a half-open
+        // connection (the original reader had no handover, spec §2).
+        r.set_router_handover(true)?;
+        // Replies a client has not read yet, per connection: bounds memory at this many FETCH
+        // replies of at most max_message + 9 bytes; further replies are dropped and counted.
+        r.set_sndhwm(READER_REPLY_HWM)?;
         r.set_sndbuf(config.send_buffer)?;
         r.set_linger(0)?;
         r.bind(&config.reader_bind)
@@ -128,6 +141,7 @@ impl Node {
             writer::WriterSettings {
                 workers: config.writer_workers,
                 max_message: config.max_message,
+                allow_empty_message: config.store.allow_empty_message,
                 policy: config.store.flush,
             },
             store.clone(),

@@ -124,3 +124,75 @@ fn perf_tools_count_what_they_claim() {
     assert!(o.status.success(), "{o:?}");
     assert_eq!(field(&stdout(&o), "messages"), "1000");
 }
+
+#[test]
+fn consume_reads_a_message_larger_than_one_fetch() {
+    let n = TestNode::start();
+    let big = "y".repeat(5000);
+    let o = zper(&[
+        "produce", "-t", "large", "-w", &n.writer, "-m", "2", "a", &big, "c",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    let o = zper(&[
+        "consume",
+        "-t",
+        "large",
+        "-r",
+        &n.reader,
+        "--fetch-size",
+        "64",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(stdout(&o), format!("0\ta\n1\t{big}\n2\tc\n"));
+    let o = zper(&[
+        "perf", "consume", "-t", "large", "-r", &n.reader, "-n", "3", "-s", "64",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(field(&stdout(&o), "messages"), "3");
+}
+
+#[test]
+fn produce_to_a_node_that_is_down_fails_within_its_timeout() {
+    let port = free_port();
+    for mode in ["0", "1", "2"] {
+        let o = zper(&[
+            "produce",
+            "-t",
+            "down",
+            "-w",
+            &format!("tcp://127.0.0.1:{port}"),
+            "-m",
+            mode,
+            "--timeout",
+            "300",
+            "x",
+        ]);
+        assert_eq!(o.status.code(), Some(1), "mode {mode}: {o:?}");
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("not reachable"),
+            "{o:?}"
+        );
+    }
+}
+
+#[test]
+fn cli_tools_connect_to_the_endpoints_of_config() {
+    let n = TestNode::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("node.properties");
+    let port = |e: &str| e.rsplit(':').next().expect("port").to_owned();
+    std::fs::write(
+        &config,
+        format!(
+            "writer.bind = tcp://*:{}\nreader.bind = tcp://0.0.0.0:{}\n",
+            port(&n.writer),
+            port(&n.reader)
+        ),
+    )
+    .expect("write");
+    let c = config.to_str().expect("utf8");
+    let o = zper(&["--config", c, "produce", "-t", "viaconf", "-m", "2", "hi"]);
+    assert!(o.status.success(), "{o:?}");
+    let o = zper(&["consume", "--config", c, "-t", "viaconf"]);
+    assert_eq!(stdout(&o), "0\thi\n");
+}

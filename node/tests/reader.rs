@@ -259,3 +259,58 @@ fn zmtp2_dealer_reads_back_spec_2() {
     c.send(&refs);
     assert_eq!(c.recv(), vec![vec![100], perf_message()]);
 }
+
+#[test]
+fn replies_a_client_never_reads_are_bounded_and_counted() {
+    // A client pipelining FETCHes without reading replies: after the per-connection queue
+    // (READER_REPLY_HWM replies) and the TCP buffers fill, replies are dropped, not buffered.
+    let n = TestNode::start_with(|c| c.max_message = 1 << 20);
+    let s = n.writer_client(zmq::DEALER, "big", 1);
+    s.send_multipart([&b"id"[..], &vec![7u8; 1 << 20][..]], 0)
+        .expect("send");
+    assert_eq!(s.recv_bytes(0).expect("ack"), b"id");
+    let greedy = n.reader_dealer("big");
+    greedy.set_rcvhwm(1).expect("hwm");
+    greedy.set_rcvbuf(4096).expect("rcvbuf");
+    for _ in 0..300 {
+        let f = fetch_frames(0, 1 << 30);
+        greedy.send_multipart(&f, 0).expect("send");
+    }
+    assert!(eventually(|| Counters::get(
+        &n.node().counters().replies_dropped
+    ) >= 100));
+    still_serves_topic(&n, "big");
+}
+
+fn still_serves_topic(n: &TestNode, topic: &str) {
+    let s = n.reader_dealer(topic);
+    let reply = ask(&s, &offset_frames(-2));
+    assert_eq!(reply, vec![vec![0x64], vec![0u8; 8]]);
+}
+
+#[test]
+fn reconnecting_consumer_takes_its_identity_over() {
+    let n = node_with_perf_messages(1);
+    let id = identity("test", 0);
+    let first = client(&n.ctx, zmq::DEALER, &id, &n.reader);
+    assert_eq!(ask(&first, &offset_frames(-2))[0], [0x64]);
+    // Same identity on a new connection while the old one is still open (a half-open drop).
+    let second = client(&n.ctx, zmq::DEALER, &id, &n.reader);
+    assert_eq!(
+        ask(&second, &fetch_frames(0, 109)),
+        vec![vec![100], perf_message()]
+    );
+    drop(first);
+}
+
+#[test]
+fn offset_by_future_time_on_never_written_topic_matches_an_empty_one_spec_5_4() {
+    let n = TestNode::start();
+    let s = n.reader_dealer("nothing");
+    let future = i64::MAX / 2;
+    assert_eq!(
+        ask(&s, &offset_frames(future)),
+        vec![vec![0x64], vec![0u8; 8], vec![0u8; 8]]
+    );
+    assert_eq!(ask(&s, &offset_frames(1000)), vec![vec![0x65]]);
+}

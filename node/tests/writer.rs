@@ -278,3 +278,31 @@ fn shutdown_flushes_everything() {
         6000
     );
 }
+
+#[test]
+fn empty_messages_are_dropped_when_not_allowed_so_recovery_never_cuts_acked_data_spec_6_3() {
+    let n = TestNode::start_with(|c| c.store.allow_empty_message = false);
+    let s = n.writer_client(zmq::DEALER, "noempty", 1);
+    s.send_multipart([&b"1"[..], b"before"], 0).expect("send");
+    s.send_multipart([&b"2"[..], b""], 0).expect("send");
+    s.send_multipart([&b"3"[..], b"after"], 0).expect("send");
+    let mut last = Vec::new();
+    while last != b"3" {
+        last = s.recv_bytes(0).expect("ack");
+        assert_ne!(last, b"2", "the dropped message is never acknowledged");
+    }
+    assert_eq!(
+        n.read_all("noempty"),
+        [stored(&[b"1", b"before"]), stored(&[b"3", b"after"])].concat()
+    );
+    assert_eq!(Counters::get(&n.node().counters().empty_messages), 1);
+    // A restart (recovery with allow_empty_message = false) keeps both.
+    let dir = n.dir.path().to_owned();
+    let mut config = test_config(&dir);
+    config.store.allow_empty_message = false;
+    let store = zper_store::Store::open(config.store).expect("reopen");
+    assert_eq!(
+        store.topic("noempty").expect("t").flushed_end().expect("e"),
+        21
+    );
+}

@@ -37,6 +37,15 @@ pub enum StoreError {
         /// Why.
         reason: String,
     },
+    /// A write failed and could not be rolled back; the topic refuses appends until restart
+    /// (recovery then cuts the partial record).
+    #[error("topic {topic} refuses appends: {reason}")]
+    Broken {
+        /// Topic name.
+        topic: String,
+        /// What happened.
+        reason: String,
+    },
     /// A lock was poisoned by a panic on another thread.
     #[error("store lock poisoned for {0}")]
     Poisoned(String),

@@ -91,10 +91,20 @@ impl TopicLog {
             }
             index.floor(off).unwrap_or(seg.start)
         };
+        let file = self.open_for_read(seg, off)?;
         walk_to(from, off, end, |pos, buf| {
-            seg.file.read_at(buf, pos - seg.start)
+            file.read_at(buf, pos - seg.start)
         })
         .map_err(|e| StoreError::io("read", &seg.path, e))
+    }
+
+    /// Opens a segment for reading; a segment deleted by retention meanwhile is an invalid
+    /// offset, not an I/O failure.
+    fn open_for_read(&self, seg: &Segment, off: u64) -> Result<Arc<std::fs::File>, StoreError> {
+        seg.file().map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => self.invalid(off as i64),
+            _ => StoreError::io("open segment", &seg.path, e),
+        })
     }
 
     /// FETCH (§5.3): up to `max_bytes` raw bytes of one segment from `offset`, never past the
@@ -164,9 +174,7 @@ impl TopicLog {
                 let mut qualifying = Vec::new();
                 for (i, seg) in st.segments.iter().enumerate() {
                     let mtime = seg
-                        .file
-                        .metadata()
-                        .and_then(|m| m.modified())
+                        .modified()
                         .map_err(|e| StoreError::io("stat", &seg.path, e))?;
                     if millis(mtime) < t {
                         qualifying.push(i);
@@ -195,7 +203,7 @@ fn millis(t: SystemTime) -> i64 {
 }
 
 fn read_exact_at(seg: &Segment, buf: &mut [u8], offset: u64) -> Result<(), StoreError> {
-    seg.file
-        .read_exact_at(buf, offset - seg.start)
+    seg.file()
+        .and_then(|f| f.read_exact_at(buf, offset - seg.start))
         .map_err(|e| StoreError::io("read", &seg.path, e))
 }

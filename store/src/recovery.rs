@@ -3,7 +3,7 @@
 //! last complete frame, which glues the next message onto a dangling one (§6.4); zper cuts at the
 //! message boundary instead, so a complete flushed message is never lost and never glued.
 
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -45,20 +45,15 @@ impl TopicLog {
         let mut written_end = 0;
         for (i, start) in starts.into_iter().enumerate() {
             let path = dir.join(file_name(start));
-            let file = OpenOptions::new()
-                .create(true)
-                .read(true)
-                .append(true)
-                .open(&path)
-                .map_err(|e| StoreError::io("open segment", &path, e))?;
-            let index = if i == last {
+            if i == last {
+                let file = Segment::open_for_append(&path)
+                    .map_err(|e| StoreError::io("open segment", &path, e))?;
                 let (index, len) = recover_tail(name, &path, &file, start, allow_empty)?;
                 written_end = start + len;
-                index
+                segments.push(Arc::new(Segment::active(start, &path, file, index)));
             } else {
-                SparseIndex::default()
-            };
-            segments.push(Arc::new(Segment::new(start, &path, file, index)));
+                segments.push(Arc::new(Segment::closed(start, &path)));
+            }
         }
         sync_dir(dir)?;
         Ok(TopicLog {
@@ -71,6 +66,7 @@ impl TopicLog {
                 flushed_end: written_end,
                 pending: 0,
                 first_unflushed: None,
+                broken: None,
             }),
         })
     }

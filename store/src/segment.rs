@@ -1,8 +1,13 @@
 //! Segment files (spec `zper.md` §6.1): `<start offset as 20 zero-padded digits>.dat`.
+//!
+//! Only the active segment of a topic keeps its file open; closed segments are opened for each
+//! read, so a node with many topics or segments does not run out of file descriptors.
 
-use std::fs::File;
+use std::fs::{File, OpenOptions};
+use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
 
 use crate::index::SparseIndex;
 
@@ -21,27 +26,68 @@ pub fn parse_file_name(name: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
-/// One open segment file.
+/// One segment file.
 #[derive(Debug)]
 pub struct Segment {
     /// Absolute offset of its first byte.
     pub start: u64,
     /// Path of the file.
     pub path: PathBuf,
-    /// Open for read and append.
-    pub file: File,
+    /// The open file (read + append) while this is the active segment; `None` once closed.
+    open: Mutex<Option<Arc<File>>>,
     /// Record boundaries, built on append or lazily on first lookup.
     pub(crate) index: Mutex<SparseIndex>,
 }
 
 impl Segment {
-    pub(crate) fn new(start: u64, path: &Path, file: File, index: SparseIndex) -> Self {
+    /// A segment kept open for appending.
+    pub(crate) fn active(start: u64, path: &Path, file: File, index: SparseIndex) -> Self {
         Segment {
             start,
             path: path.to_owned(),
-            file,
+            open: Mutex::new(Some(Arc::new(file))),
             index: Mutex::new(index),
         }
+    }
+
+    /// A closed segment: opened on demand for reads.
+    pub(crate) fn closed(start: u64, path: &Path) -> Self {
+        Segment {
+            start,
+            path: path.to_owned(),
+            open: Mutex::new(None),
+            index: Mutex::new(SparseIndex::default()),
+        }
+    }
+
+    /// Creates (or opens) a segment file for appending.
+    pub(crate) fn open_for_append(path: &Path) -> io::Result<File> {
+        OpenOptions::new()
+            .create(true)
+            .read(true)
+            .append(true)
+            .open(path)
+    }
+
+    /// The file: the kept handle of the active segment, or a fresh read-only handle.
+    pub(crate) fn file(&self) -> io::Result<Arc<File>> {
+        let kept = self.open.lock().map(|g| g.clone()).unwrap_or(None);
+        match kept {
+            Some(f) => Ok(f),
+            None => File::open(&self.path).map(Arc::new),
+        }
+    }
+
+    /// Drops the kept handle (the segment was closed by rotation).
+    pub(crate) fn close(&self) {
+        if let Ok(mut g) = self.open.lock() {
+            *g = None;
+        }
+    }
+
+    /// Last modification time of the file.
+    pub(crate) fn modified(&self) -> io::Result<SystemTime> {
+        std::fs::metadata(&self.path)?.modified()
     }
 }
 

@@ -29,6 +29,8 @@ pub(crate) struct TopicState {
     pub(crate) pending: u64,
     /// When the oldest of those was appended.
     pub(crate) first_unflushed: Option<Instant>,
+    /// Set when a failed write could not be rolled back: appends are refused from then on.
+    pub(crate) broken: Option<String>,
 }
 
 /// A topic: `<base_dir>/<topic>/` and its segments (spec `zper.md` §6.1).

@@ -1,7 +1,7 @@
 //! Append path: whole messages in, rotation at `segment_size`, fdatasync on flush, retention
 //! (spec `zper.md` §4.3, §4.4, fixed as issue #2 asks).
 
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -15,66 +15,105 @@ use crate::topic::{FlushOutcome, TopicState};
 use crate::{StoreError, TopicLog};
 
 impl TopicLog {
-    /// Appends `records`, the stored form of `messages` whole messages (§6.2), to the active
-    /// segment, then rotates if the segment now exceeds `segment_size` (the new segment file is
-    /// created at once: no rotation gap, §4.4). Returns the end offset after the append. The bytes
-    /// become readable only after a flush.
+    /// Appends `records`, the stored form of one or more whole messages (§6.2). When a message
+    /// makes the active segment exceed `segment_size`, the segment is rotated right after that
+    /// message, so segments overshoot by at most one message; the next segment's file is created
+    /// at once (no rotation gap, §4.4). Returns the end offset after the append. The bytes become
+    /// readable after a flush.
     ///
-    /// Errors: `MalformedAppend` when `records` does not end on a message boundary; I/O errors.
-    pub fn append(&self, records: &[u8], messages: u64) -> Result<u64, StoreError> {
+    /// A failed write is rolled back (the file is cut to its previous length), so a disk-full
+    /// error never leaves a partial record in the log.
+    ///
+    /// Errors: `MalformedAppend` when `records` is not a run of whole messages; `Broken` after a
+    /// write that could not be rolled back; I/O errors.
+    pub fn append(&self, records: &[u8]) -> Result<u64, StoreError> {
         let mut st = self.lock()?;
+        if let Some(reason) = &st.broken {
+            return Err(StoreError::Broken {
+                topic: self.name.clone(),
+                reason: reason.clone(),
+            });
+        }
+        let mut ends = Vec::new();
+        let mut pos = 0usize;
+        let mut it = Records::new(records);
+        for rec in it.by_ref() {
+            pos += rec.stored_len();
+            if !rec.more {
+                ends.push(pos);
+            }
+        }
+        if it.message_bytes() != records.len() {
+            return Err(StoreError::MalformedAppend {
+                topic: self.name.clone(),
+                reason: format!(
+                    "{} of {} bytes form whole messages",
+                    it.message_bytes(),
+                    records.len()
+                ),
+            });
+        }
+        let (mut from, mut count) = (0usize, 0u64);
+        for end in ends {
+            count += 1;
+            let seg_len = st.written_end - st.active().start + (end - from) as u64;
+            if seg_len > self.segment_size {
+                self.write_chunk(&mut st, &records[from..end], count)?;
+                self.rotate(&mut st)?;
+                (from, count) = (end, 0);
+            }
+        }
+        if from < records.len() {
+            self.write_chunk(&mut st, &records[from..], count)?;
+        }
+        Ok(st.written_end)
+    }
+
+    fn write_chunk(
+        &self,
+        st: &mut TopicState,
+        chunk: &[u8],
+        messages: u64,
+    ) -> Result<(), StoreError> {
         let seg = st.active().clone();
         let at = st.written_end;
-        {
-            let mut index = seg
-                .index
-                .lock()
-                .map_err(|_| StoreError::Poisoned(self.name.clone()))?;
-            let mut it = Records::new(records);
-            it.by_ref().for_each(drop);
-            if it.message_bytes() != records.len() {
-                return Err(StoreError::MalformedAppend {
-                    topic: self.name.clone(),
-                    reason: format!(
-                        "{} of {} bytes form whole messages",
-                        it.message_bytes(),
-                        records.len()
-                    ),
-                });
+        let file = seg
+            .file()
+            .map_err(|e| StoreError::io("open segment", &seg.path, e))?;
+        if let Err(e) = write_all(&file, chunk) {
+            if let Err(cut) = file.set_len(at - seg.start) {
+                st.broken = Some(format!(
+                    "write failed ({e}) and could not be rolled back ({cut})"
+                ));
             }
-            index.note_records(at, records);
+            return Err(StoreError::io("write", &seg.path, e));
         }
-        (&seg.file)
-            .write_all(records)
-            .map_err(|e| StoreError::io("write", &seg.path, e))?;
-        st.written_end += records.len() as u64;
+        seg.index
+            .lock()
+            .map_err(|_| StoreError::Poisoned(self.name.clone()))?
+            .note_records(at, chunk);
+        st.written_end += chunk.len() as u64;
         if st.pending == 0 {
             st.first_unflushed = Some(Instant::now());
         }
         st.pending += messages;
-        if st.written_end - seg.start > self.segment_size {
-            self.rotate(&mut st)?;
-        }
-        Ok(st.written_end)
+        Ok(())
     }
 
     /// Closes the active segment (fdatasync, so everything before the new segment is durable and
     /// visible) and creates the next one, named by the old one's end offset.
     fn rotate(&self, st: &mut TopicState) -> Result<(), StoreError> {
         let old = st.active().clone();
-        old.file
-            .sync_data()
+        old.file()
+            .and_then(|f| f.sync_data())
             .map_err(|e| StoreError::io("fdatasync", &old.path, e))?;
         let start = st.written_end;
         let path = self.dir.join(file_name(start));
-        let file = OpenOptions::new()
-            .create(true)
-            .read(true)
-            .append(true)
-            .open(&path)
+        let file = Segment::open_for_append(&path)
             .map_err(|e| StoreError::io("create segment", &path, e))?;
         sync_dir(&self.dir)?;
-        st.segments.push(Arc::new(Segment::new(
+        old.close();
+        st.segments.push(Arc::new(Segment::active(
             start,
             &path,
             file,
@@ -101,8 +140,8 @@ impl TopicLog {
             }
             (st.active().clone(), st.written_end, st.pending)
         };
-        seg.file
-            .sync_data()
+        seg.file()
+            .and_then(|f| f.sync_data())
             .map_err(|e| StoreError::io("fdatasync", &seg.path, e))?;
         let mut st = self.lock()?;
         st.flushed_end = st.flushed_end.max(target);
@@ -132,9 +171,7 @@ impl TopicLog {
         while st.segments.len() > 1 {
             let seg = &st.segments[0];
             let mtime = seg
-                .file
-                .metadata()
-                .and_then(|m| m.modified())
+                .modified()
                 .map_err(|e| StoreError::io("stat", &seg.path, e))?;
             if now.duration_since(mtime).unwrap_or_default() <= retain {
                 break;
@@ -155,8 +192,86 @@ impl TopicState {
     }
 }
 
+/// `write_all` on a shared handle; test builds can inject a short write followed by an error.
+fn write_all(mut file: &fs::File, chunk: &[u8]) -> std::io::Result<()> {
+    #[cfg(test)]
+    if let Some(n) = tests::FAIL_AFTER.with(|f| f.take()) {
+        file.write_all(&chunk[..n.min(chunk.len())])?;
+        return Err(std::io::Error::other("injected write failure"));
+    }
+    file.write_all(chunk)
+}
+
 pub(crate) fn sync_dir(dir: &std::path::Path) -> Result<(), StoreError> {
     fs::File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| StoreError::io("fsync dir", dir, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+    use std::time::Duration;
+
+    use zper_wire::encode_record;
+
+    use crate::{FlushPolicy, Store, StoreConfig};
+
+    thread_local! {
+        /// Makes the next write on this thread write this many bytes and then fail.
+        pub(super) static FAIL_AFTER: Cell<Option<usize>> = const { Cell::new(None) };
+    }
+
+    fn message(body: &[u8]) -> Vec<u8> {
+        let mut m = Vec::new();
+        encode_record(b"id", true, &mut m);
+        encode_record(body, false, &mut m);
+        m
+    }
+
+    fn store(dir: &std::path::Path, segment_size: u64) -> Store {
+        Store::open(StoreConfig {
+            base_dir: dir.to_owned(),
+            segment_size,
+            flush: FlushPolicy {
+                flush_messages: 10,
+                flush_interval: Duration::from_secs(1),
+            },
+            retain: Duration::from_secs(3600),
+            allow_empty_message: true,
+        })
+        .expect("open")
+    }
+
+    #[test]
+    fn failed_write_is_rolled_back_and_nothing_partial_is_kept() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = store(dir.path(), 1 << 20);
+        let t = s.topic_or_create("full").expect("topic");
+        t.append(&message(b"one")).expect("append");
+        FAIL_AFTER.with(|f| f.set(Some(4))); // as a disk that fills up mid-record
+        assert!(t.append(&message(b"two")).is_err());
+        let seg = dir.path().join("full").join("00000000000000000000.dat");
+        assert_eq!(std::fs::metadata(&seg).expect("seg").len(), 9);
+        assert_eq!(t.written_end().expect("end"), 9);
+        t.append(&message(b"three"))
+            .expect("append after the disk has room again");
+        t.flush().expect("flush");
+        let all = t.fetch(0, 100, 100).expect("fetch").bytes;
+        assert_eq!(all, [message(b"one"), message(b"three")].concat());
+    }
+
+    #[test]
+    fn rotation_happens_after_the_message_that_crosses_segment_size_spec_4_4() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = store(dir.path(), 30);
+        let t = s.topic_or_create("split").expect("topic");
+        // One append of five 11-byte messages: segments of 33 bytes (3 messages, the third
+        // crosses 30) and 22 bytes, not one 55-byte segment.
+        let batch: Vec<u8> = (0..5).flat_map(|_| message(b"abcde")).collect();
+        assert_eq!(t.append(&batch).expect("append"), 55);
+        assert_eq!(t.segment_starts().expect("starts"), vec![0, 33]);
+        let (pending, _) = t.pending().expect("pending");
+        assert_eq!(pending, 2, "messages after the rotation are pending");
+    }
 }

@@ -44,7 +44,7 @@ fn unflushed_bytes_are_invisible_until_flush_spec_4_3() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Store::open(config(dir.path(), 1 << 20)).expect("open");
     let t = store.topic_or_create("test").expect("topic");
-    t.append(&perf_message(), 1).expect("append");
+    t.append(&perf_message()).expect("append");
     assert_eq!(t.written_end().expect("end"), 109);
     assert_eq!(t.flushed_end().expect("flushed"), 0);
     assert!(t.fetch(0, 1000, 1 << 20).expect("fetch").bytes.is_empty());
@@ -65,7 +65,7 @@ fn fetch_returns_raw_range_cut_at_max_bytes_spec_5_3() {
     let store = Store::open(config(dir.path(), 1 << 20)).expect("open");
     let t = store.topic_or_create("test").expect("topic");
     for _ in 0..3 {
-        t.append(&perf_message(), 1).expect("append");
+        t.append(&perf_message()).expect("append");
     }
     t.flush().expect("flush");
     let f = t.fetch(0, 300, 1 << 20).expect("fetch");
@@ -87,10 +87,10 @@ fn offsets_off_record_boundaries_or_out_of_range_are_invalid() {
     let store = Store::open(config(dir.path(), 1 << 20)).expect("open");
     let t = store.topic_or_create("test").expect("topic");
     for i in 0..100u32 {
-        t.append(
-            &message(&i.to_be_bytes(), &vec![b'y'; (i as usize * 13) % 600]),
-            1,
-        )
+        t.append(&message(
+            &i.to_be_bytes(),
+            &vec![b'y'; (i as usize * 13) % 600],
+        ))
         .expect("append");
     }
     t.flush().expect("flush");
@@ -123,7 +123,7 @@ fn rotation_creates_next_segment_at_once_spec_4_4() {
     let t = store.topic_or_create("test").expect("topic");
     let mut msg = Vec::new();
     encode_record(&[b'z'; 120], false, &mut msg); // 122 bytes, as in the spec's example
-    t.append(&msg, 1).expect("append");
+    t.append(&msg).expect("append");
     let tdir = dir.path().join("test");
     assert_eq!(
         fs::metadata(tdir.join("00000000000000000000.dat"))
@@ -144,7 +144,7 @@ fn rotation_creates_next_segment_at_once_spec_4_4() {
         vec![122, 122]
     );
     // A range never crosses into the next segment.
-    t.append(&msg, 1).expect("append");
+    t.append(&msg).expect("append");
     t.flush().expect("flush");
     assert_eq!(t.fetch(0, 10_000, 1 << 20).expect("fetch").bytes.len(), 122);
     assert_eq!(t.fetch(0, 10_000, 1 << 20).expect("fetch").segment_end, 122);
@@ -158,7 +158,7 @@ fn earliest_and_latest_spec_5_4() {
     assert_eq!(t.offsets(Timestamp::Earliest, None).expect("e"), vec![0]);
     assert_eq!(t.offsets(Timestamp::Latest, None).expect("l"), vec![0, 0]);
     for _ in 0..4 {
-        t.append(&perf_message(), 1).expect("append");
+        t.append(&perf_message()).expect("append");
     }
     // Segments 0, 218, 436; rotation made everything before 436 durable.
     assert_eq!(
@@ -166,7 +166,7 @@ fn earliest_and_latest_spec_5_4() {
         vec![436, 436]
     );
     // Latest's second value is the flushed end, not the written end (issue #2).
-    t.append(&perf_message(), 1).expect("append");
+    t.append(&perf_message()).expect("append");
     assert_eq!(
         t.offsets(Timestamp::Latest, None).expect("l"),
         vec![436, 436]
@@ -190,7 +190,7 @@ fn offset_by_time_returns_all_starts_and_end_spec_5_4() {
     let store = Store::open(config(dir.path(), 100)).expect("open");
     let t = store.topic_or_create("test").expect("topic");
     for _ in 0..4 {
-        t.append(&perf_message(), 1).expect("append");
+        t.append(&perf_message()).expect("append");
     }
     t.flush().expect("flush");
     let starts = t.segment_starts().expect("starts");
@@ -237,7 +237,7 @@ fn retention_deletes_old_closed_segments_only_spec_4_4() {
     let store = Store::open(config(dir.path(), 100)).expect("open");
     let t = store.topic_or_create("test").expect("topic");
     for _ in 0..3 {
-        t.append(&perf_message(), 1).expect("append");
+        t.append(&perf_message()).expect("append");
     }
     t.flush().expect("flush");
     assert_eq!(t.segment_starts().expect("s"), vec![0, 109, 218, 327]);
@@ -269,8 +269,8 @@ fn stream_fetch_returns_whole_message_payloads() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Store::open(config(dir.path(), 1 << 20)).expect("open");
     let t = store.topic_or_create("test").expect("topic");
-    t.append(&message(b"id1", b"hello1"), 1).expect("append");
-    t.append(&message(b"id2", &[b'h'; 300]), 1).expect("append");
+    t.append(&message(b"id1", b"hello1")).expect("append");
+    t.append(&message(b"id2", &[b'h'; 300])).expect("append");
     t.flush().expect("flush");
     let (payloads, next) = t.stream(0, 1 << 20).expect("stream");
     assert_eq!(payloads.len(), 4);
@@ -294,7 +294,7 @@ fn appends_must_be_whole_messages() {
     let mut dangling = Vec::new();
     encode_record(b"id", true, &mut dangling);
     assert!(matches!(
-        t.append(&dangling, 1),
+        t.append(&dangling),
         Err(StoreError::MalformedAppend { .. })
     ));
     assert_eq!(t.written_end().expect("end"), 0);
@@ -307,8 +307,8 @@ fn restart_keeps_flushed_messages_and_cuts_torn_tail_spec_6_4() {
     {
         let store = Store::open(config(dir.path(), 1 << 20)).expect("open");
         let t = store.topic_or_create("test").expect("topic");
-        t.append(&message(b"id1", b"hello1"), 1).expect("append");
-        t.append(&message(b"id2", b"hello2"), 1).expect("append");
+        t.append(&message(b"id1", b"hello1")).expect("append");
+        t.append(&message(b"id2", b"hello2")).expect("append");
         t.flush().expect("flush");
     }
     let seg = dir.path().join("test").join("00000000000000000000.dat");
@@ -324,7 +324,7 @@ fn restart_keeps_flushed_messages_and_cuts_torn_tail_spec_6_4() {
     assert_eq!(t.flushed_end().expect("end"), good.len() as u64);
     assert_eq!(t.fetch(0, 1000, 1000).expect("fetch").bytes, good);
     // New appends continue on a message boundary.
-    t.append(&message(b"id4", b"x"), 1).expect("append");
+    t.append(&message(b"id4", b"x")).expect("append");
     t.flush().expect("flush");
     let all = t.fetch(0, 1000, 1000).expect("fetch").bytes;
     assert_eq!(zper_wire::whole_message_len(&all), all.len());

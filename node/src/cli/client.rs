@@ -28,6 +28,41 @@ pub fn identity(topic: &str, mode: u8) -> Result<Vec<u8>> {
         .to_bytes())
 }
 
+/// Where the CLI connects when `-w`/`-r` are not given: the endpoints of `--config FILE` (with
+/// `*` and `0.0.0.0` replaced by 127.0.0.1), else the defaults 127.0.0.1:5555 / 5556.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Targets {
+    /// Writer endpoint.
+    pub writer: String,
+    /// Reader endpoint.
+    pub reader: String,
+}
+
+impl Targets {
+    /// From an optional node config file.
+    pub fn from_config(config: Option<&std::path::Path>) -> Result<Self> {
+        match config {
+            None => Ok(Targets {
+                writer: "tcp://127.0.0.1:5555".into(),
+                reader: "tcp://127.0.0.1:5556".into(),
+            }),
+            Some(path) => {
+                let c = crate::NodeConfig::from_file(path)?;
+                Ok(Targets {
+                    writer: connectable(&c.writer_bind),
+                    reader: connectable(&c.reader_bind),
+                })
+            }
+        }
+    }
+}
+
+/// A bind endpoint turned into one a local client can connect to.
+pub fn connectable(bind: &str) -> String {
+    bind.replace("://*:", "://127.0.0.1:")
+        .replace("://0.0.0.0:", "://127.0.0.1:")
+}
+
 /// Accepts `tcp://host:port` or the original tools' `host:port`.
 pub fn endpoint(s: &str) -> String {
     if s.contains("://") {

@@ -7,7 +7,7 @@ use anyhow::{bail, Result};
 use clap::Args;
 use zper_wire::{Records, Timestamp};
 
-use super::client::{endpoint, ReaderClient};
+use super::client::{endpoint, ReaderClient, Targets};
 
 /// Options of `zper consume`.
 #[derive(Debug, Args)]
@@ -15,9 +15,9 @@ pub struct ConsumeArgs {
     /// Topic.
     #[arg(long, short = 't')]
     pub topic: String,
-    /// Reader endpoint.
-    #[arg(long, short = 'r', default_value = "tcp://127.0.0.1:5556")]
-    pub reader: String,
+    /// Reader endpoint (default: from --config, else tcp://127.0.0.1:5556).
+    #[arg(long, short = 'r')]
+    pub reader: Option<String>,
     /// Where to start: earliest, latest, or a byte offset.
     #[arg(long, default_value = "earliest")]
     pub from: String,
@@ -39,9 +39,10 @@ pub struct ConsumeArgs {
 }
 
 /// Runs `zper consume`: one line per message, its frames (lossy UTF-8) joined by a tab.
-pub fn run(args: ConsumeArgs) -> Result<()> {
+pub fn run(args: ConsumeArgs, targets: &Targets) -> Result<()> {
     let ctx = zmq::Context::new();
-    let client = ReaderClient::connect(&ctx, &endpoint(&args.reader), &args.topic, args.timeout)?;
+    let reader = endpoint(args.reader.as_deref().unwrap_or(&targets.reader));
+    let client = ReaderClient::connect(&ctx, &reader, &args.topic, args.timeout)?;
     let mut offset = match args.from.as_str() {
         "earliest" => client.offset(Timestamp::Earliest)?,
         "latest" => client.offset(Timestamp::Latest)?,
@@ -54,6 +55,10 @@ pub fn run(args: ConsumeArgs) -> Result<()> {
     let mut seen = 0u64;
     let out = std::io::stdout();
     let mut out = out.lock();
+    // Frames of a message that continues in the next FETCH: progress is frame-granular (spec
+    // §5.3), so a message larger than one FETCH is read in several.
+    let mut frames: Vec<String> = Vec::new();
+    let mut msg_start = offset;
     loop {
         let Some(data) = client.fetch(offset, fetch_size)? else {
             bail!(
@@ -62,11 +67,11 @@ pub fn run(args: ConsumeArgs) -> Result<()> {
             );
         };
         let mut it = Records::new(&data);
-        let mut frames: Vec<String> = Vec::new();
-        let mut msg_start = offset;
-        let mut pos = offset;
         for rec in it.by_ref() {
-            pos += rec.stored_len() as u64;
+            if frames.is_empty() {
+                msg_start = offset;
+            }
+            offset += rec.stored_len() as u64;
             frames.push(String::from_utf8_lossy(rec.payload).into_owned());
             if !rec.more {
                 if args.offsets {
@@ -75,17 +80,19 @@ pub fn run(args: ConsumeArgs) -> Result<()> {
                 writeln!(out, "{}", frames.join("\t"))?;
                 frames.clear();
                 seen += 1;
-                msg_start = pos;
                 if args.max_messages > 0 && seen >= args.max_messages {
                     return Ok(());
                 }
             }
         }
-        let used = it.message_bytes() as u64;
-        offset += used;
-        if used == 0 && data.len() as u64 >= fetch_size {
-            fetch_size = fetch_size.saturating_mul(2); // a message larger than one fetch
-        } else if data.is_empty() || used == 0 {
+        if it.valid_bytes() == 0 {
+            if data.len() as u64 >= fetch_size {
+                fetch_size = fetch_size.saturating_mul(2); // one record larger than the FETCH
+                continue;
+            }
+            if !data.is_empty() {
+                bail!("offset {offset}: a record larger than the node serves in one FETCH");
+            }
             if !args.follow {
                 return Ok(());
             }

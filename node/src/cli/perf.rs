@@ -17,7 +17,7 @@ use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use zper_wire::{Records, Timestamp};
 
-use super::client::{endpoint, identity, ReaderClient};
+use super::client::{endpoint, identity, ReaderClient, Targets};
 
 /// Perf subcommands.
 #[derive(Debug, Subcommand)]
@@ -38,9 +38,10 @@ pub struct ProduceArgs {
     /// Topic.
     #[arg(long, short = 't')]
     pub topic: String,
-    /// Writer endpoints, comma-separated (`host:port` or `tcp://host:port`).
-    #[arg(long = "writerinfo", short = 'w', default_value = "127.0.0.1:5555")]
-    pub writer: String,
+    /// Writer endpoints, comma-separated (`host:port` or `tcp://host:port`; default: from
+    /// --config, else 127.0.0.1:5555).
+    #[arg(long = "writerinfo", short = 'w')]
+    pub writer: Option<String>,
     /// Total messages (each thread sends messages / threads).
     #[arg(long, short = 'n', default_value_t = 1_000_000)]
     pub messages: u64,
@@ -54,7 +55,7 @@ pub struct ProduceArgs {
     #[arg(long, short = 'm', default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=2))]
     pub mode: u8,
     /// Mode 1: most messages in flight (sent, not yet acknowledged) per thread.
-    #[arg(long, default_value_t = 200_000)]
+    #[arg(long, default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub window: u64,
     /// Give up waiting for an ack after this many ms.
     #[arg(long, default_value_t = 30_000)]
@@ -67,9 +68,9 @@ pub struct ConsumeArgs {
     /// Topic.
     #[arg(long, short = 't')]
     pub topic: String,
-    /// Reader endpoint.
-    #[arg(long = "readerinfo", short = 'r', default_value = "127.0.0.1:5556")]
-    pub reader: String,
+    /// Reader endpoint (default: from --config, else 127.0.0.1:5556).
+    #[arg(long = "readerinfo", short = 'r')]
+    pub reader: Option<String>,
     /// Stop after this many messages (or at the end of the log).
     #[arg(long, short = 'n', default_value_t = 1_000_000)]
     pub messages: u64,
@@ -101,10 +102,10 @@ pub struct FsyncArgs {
 }
 
 /// Runs a perf subcommand.
-pub fn run(cmd: PerfCommand) -> Result<()> {
+pub fn run(cmd: PerfCommand, targets: &Targets) -> Result<()> {
     match cmd {
-        PerfCommand::Produce(a) => produce(a),
-        PerfCommand::Consume(a) => consume(a),
+        PerfCommand::Produce(a) => produce(a, targets),
+        PerfCommand::Consume(a) => consume(a, targets),
         PerfCommand::Raw(a) => raw(a),
         PerfCommand::Fsync(a) => fsync(a),
     }
@@ -142,11 +143,12 @@ fn summary(tool: &str, fields: &[(&str, String)]) {
     println!("perf {tool} {}", body.join(" "));
 }
 
-fn produce(a: ProduceArgs) -> Result<()> {
+fn produce(a: ProduceArgs, targets: &Targets) -> Result<()> {
     if a.threads == 0 || a.messages < a.threads {
         bail!("--threads must be between 1 and --messages");
     }
-    let endpoints: Vec<String> = a.writer.split(',').map(endpoint).collect();
+    let writer = a.writer.clone().unwrap_or_else(|| targets.writer.clone());
+    let endpoints: Vec<String> = writer.split(',').map(endpoint).collect();
     let per_thread = a.messages / a.threads;
     let total = per_thread * a.threads;
     let pb = progress(total);
@@ -165,7 +167,9 @@ fn produce(a: ProduceArgs) -> Result<()> {
             let s = ctx.socket(kind)?;
             s.set_identity(&identity(&topic, mode)?)?;
             s.set_sndhwm(0)?;
-            s.set_linger(-1)?;
+            s.set_immediate(true)?; // fail after --timeout when no writer is reachable
+            s.set_sndtimeo(timeout)?;
+            s.set_linger(timeout)?;
             s.set_rcvtimeo(timeout)?;
             for ep in &eps {
                 s.connect(ep).with_context(|| format!("connect {ep}"))?;
@@ -272,9 +276,10 @@ fn produce(a: ProduceArgs) -> Result<()> {
     Ok(())
 }
 
-fn consume(a: ConsumeArgs) -> Result<()> {
+fn consume(a: ConsumeArgs, targets: &Targets) -> Result<()> {
     let ctx = zmq::Context::new();
-    let client = ReaderClient::connect(&ctx, &endpoint(&a.reader), &a.topic, 10_000)?;
+    let reader = endpoint(a.reader.as_deref().unwrap_or(&targets.reader));
+    let client = ReaderClient::connect(&ctx, &reader, &a.topic, 10_000)?;
     let pb = progress(a.messages);
     let start = Instant::now();
     let mut offset = client.offset(Timestamp::Earliest)?;
@@ -283,25 +288,22 @@ fn consume(a: ConsumeArgs) -> Result<()> {
         let Some(data) = client.fetch(offset, fetch_size)? else {
             bail!("offset {offset} not readable (101)");
         };
+        // Frame-granular progress (spec §5.3): a message may span FETCHes.
         let mut it = Records::new(&data);
-        let mut message_bytes = 0u64;
         for rec in it.by_ref() {
-            message_bytes += rec.payload.len() as u64;
+            bytes += rec.payload.len() as u64;
             if !rec.more {
                 count += 1;
-                bytes += message_bytes;
-                message_bytes = 0;
             }
         }
-        let used = it.message_bytes() as u64;
-        if used == 0 {
+        if it.valid_bytes() == 0 {
             if data.len() as u64 >= fetch_size {
-                fetch_size *= 2;
+                fetch_size = fetch_size.saturating_mul(2); // one record larger than the FETCH
                 continue;
             }
             break; // end of the log
         }
-        offset += used;
+        offset += it.valid_bytes() as u64;
         pb.set_position(count);
     }
     let secs = start.elapsed().as_secs_f64();
@@ -370,6 +372,7 @@ fn raw(a: RawArgs) -> Result<()> {
 }
 
 fn fsync(a: FsyncArgs) -> Result<()> {
+    std::fs::create_dir_all(&a.dir).with_context(|| format!("create {}", a.dir.display()))?;
     let path = a.dir.join(".zper-perf-fsync.tmp");
     let mut f = OpenOptions::new()
         .create(true)

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
-use super::client::{endpoint, identity};
+use super::client::{endpoint, identity, Targets};
 
 /// Options of `zper produce`.
 #[derive(Debug, Args)]
@@ -14,13 +14,13 @@ pub struct ProduceArgs {
     /// Topic (1-64 ASCII letters or digits).
     #[arg(long, short = 't')]
     pub topic: String,
-    /// Writer endpoint.
-    #[arg(long, short = 'w', default_value = "tcp://127.0.0.1:5555")]
-    pub writer: String,
+    /// Writer endpoint (default: from --config, else tcp://127.0.0.1:5555).
+    #[arg(long, short = 'w')]
+    pub writer: Option<String>,
     /// Ack mode: 0 none, 1 one ack per flush (DEALER), 2 one reply per message (REQ).
     #[arg(long, short = 'm', default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=2))]
     pub mode: u8,
-    /// How long to wait for acks, ms.
+    /// How long to wait for the writer to be reachable and for acks, ms.
     #[arg(long, default_value_t = 10_000)]
     pub timeout: u64,
     /// Messages to send; stdin lines when none are given.
@@ -29,7 +29,7 @@ pub struct ProduceArgs {
 
 /// Runs `zper produce`. Each message is two frames: its index as ASCII (the message id the acks
 /// echo) and the text.
-pub fn run(args: ProduceArgs) -> Result<()> {
+pub fn run(args: ProduceArgs, targets: &Targets) -> Result<()> {
     let messages: Vec<String> = if args.messages.is_empty() {
         std::io::stdin().lock().lines().collect::<Result<_, _>>()?
     } else {
@@ -42,16 +42,26 @@ pub fn run(args: ProduceArgs) -> Result<()> {
         zmq::DEALER
     };
     let s = ctx.socket(kind)?;
+    let timeout = args.timeout.min(i32::MAX as u64) as i32;
     s.set_identity(&identity(&args.topic, args.mode)?)?;
-    s.set_linger(-1)?;
-    s.set_rcvtimeo(args.timeout.min(i32::MAX as u64) as i32)?;
-    let ep = endpoint(&args.writer);
+    // Queue only on a live connection and give up after --timeout, instead of waiting forever
+    // for a node that is down.
+    s.set_immediate(true)?;
+    s.set_sndtimeo(timeout)?;
+    s.set_linger(timeout)?;
+    s.set_rcvtimeo(timeout)?;
+    let ep = endpoint(args.writer.as_deref().unwrap_or(&targets.writer));
     s.connect(&ep)
         .with_context(|| format!("connect to writer {ep}"))?;
-    let deadline = Instant::now() + Duration::from_millis(args.timeout);
     for (i, text) in messages.iter().enumerate() {
         let id = i.to_string();
-        s.send_multipart([id.as_bytes(), text.as_bytes()], 0)?;
+        s.send_multipart([id.as_bytes(), text.as_bytes()], 0)
+            .map_err(|e| match e {
+                zmq::Error::EAGAIN => {
+                    anyhow::anyhow!("writer {ep} not reachable within {timeout} ms")
+                }
+                e => e.into(),
+            })?;
         if args.mode == 2 {
             let reply = s
                 .recv_multipart(0)
@@ -61,6 +71,7 @@ pub fn run(args: ProduceArgs) -> Result<()> {
             }
         }
     }
+    let deadline = Instant::now() + Duration::from_millis(args.timeout);
     if args.mode == 1 && !messages.is_empty() {
         let last = (messages.len() - 1).to_string();
         loop {

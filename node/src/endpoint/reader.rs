@@ -213,6 +213,17 @@ fn empty_topic(request: ReaderRequest) -> ReaderReply {
             timestamp: Timestamp::Latest,
             ..
         } => ReaderReply::Offsets(vec![0, 0]),
+        // The virtual empty segment counts as modified now: later timestamps find it.
+        ReaderRequest::Offset {
+            timestamp: Timestamp::At(t),
+            ..
+        } if t > now_ms() => ReaderReply::Offsets(vec![0, 0]),
         _ => ReaderReply::Status(Status::InvalidOffset),
     }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }

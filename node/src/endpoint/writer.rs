@@ -70,6 +70,9 @@ pub(crate) struct Writer {
 pub(crate) struct WriterSettings {
     pub(crate) workers: usize,
     pub(crate) max_message: usize,
+    /// `allow_empty_message`: when false, messages whose last frame is empty are dropped, since
+    /// recovery would cut the log at them (spec §6.3).
+    pub(crate) allow_empty_message: bool,
     pub(crate) policy: FlushPolicy,
 }
 
@@ -122,6 +125,7 @@ pub(crate) fn start(
         senders,
         producers: HashMap::new(),
         max_message: settings.max_message,
+        allow_empty_message: settings.allow_empty_message,
         counters,
         stop,
     };
@@ -138,6 +142,7 @@ struct Front {
     senders: Vec<Sender<WriteBatch>>,
     producers: HashMap<Vec<u8>, Option<Arc<Producer>>>,
     max_message: usize,
+    allow_empty_message: bool,
     counters: Arc<Counters>,
     stop: Arc<AtomicBool>,
 }
@@ -233,7 +238,11 @@ impl Front {
         self.router.recv(frame, zmq::DONTWAIT)?;
         let producer = self.producer(frame);
         let Some(producer) = producer else {
-            Counters::add(&self.counters.invalid_identity, 1);
+            dropped(
+                &self.counters.invalid_identity,
+                "invalid producer identity",
+                frame,
+            );
             self.skip_rest(frame)?;
             return Ok(None);
         };
@@ -250,9 +259,24 @@ impl Front {
                 continue;
             }
             at_start = false;
-            if frame.len() > self.max_message {
+            if frame.len() > self.max_message
+                || (!more && frame.is_empty() && !self.allow_empty_message)
+            {
                 batch.bytes.truncate(mark);
-                Counters::add(&self.counters.oversized_frames, 1);
+                if frame.is_empty() {
+                    let counter = &self.counters.empty_messages;
+                    dropped(
+                        counter,
+                        "empty message while allow_empty_message = false",
+                        &producer.routing_id,
+                    );
+                } else {
+                    dropped(
+                        &self.counters.oversized_frames,
+                        "frame over max_message",
+                        &producer.routing_id,
+                    );
+                }
                 if more {
                     self.skip_rest(frame)?;
                 }
@@ -292,6 +316,15 @@ impl Front {
             self.router.recv(frame, 0)?;
         }
         Ok(())
+    }
+}
+
+/// Counts a dropped message and logs it, sampled (the 1st, 2nd, 4th, 8th, ... of each kind) so a
+/// flood of bad input cannot flood the log.
+fn dropped(counter: &std::sync::atomic::AtomicU64, why: &'static str, identity: &[u8]) {
+    let n = counter.fetch_add(1, Ordering::Relaxed) + 1;
+    if n.is_power_of_two() {
+        warn!(reason = why, identity = ?identity, dropped_so_far = n, "writer dropped a message");
     }
 }
 
@@ -429,7 +462,7 @@ impl Worker {
             Counters::add(&counters.append_errors, messages);
             return;
         };
-        let end = match work.log.append(bytes, messages) {
+        let end = match work.log.append(bytes) {
             Ok(end) => end,
             Err(e) => {
                 error!(topic = %topic, error = %e, "append failed");
