@@ -117,3 +117,40 @@ fn bad_config_value_names_the_key_and_exits_1() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("base_dir"), "{err}");
 }
+
+#[test]
+fn no_arguments_runs_the_embedded_default_under_data_on_default_ports() {
+    for port in [5555u16, 5556, 5557] {
+        assert!(
+            std::net::TcpListener::bind(("0.0.0.0", port)).is_ok(),
+            "port {port} is taken: this test runs `zper` on the default ports"
+        );
+    }
+    let cwd = tempfile::tempdir().expect("tempdir");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_zper"))
+        .current_dir(cwd.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn zper");
+    let up = eventually(|| std::net::TcpStream::connect(("127.0.0.1", 5556)).is_ok());
+    let ctx = zmq::Context::new();
+    let s = client(
+        &ctx,
+        zmq::REQ,
+        &identity("embedded", 2),
+        "tcp://127.0.0.1:5555",
+    );
+    let reply = up.then(|| request(&s, &[b"id", b"x"]));
+    let pid = child.id().to_string();
+    let _ = Command::new("kill").args(["-TERM", &pid]).status();
+    let status = child.wait().expect("wait");
+    assert!(up, "zper did not listen on 5556");
+    assert_eq!(reply, Some(vec![b"id".to_vec()]));
+    assert!(status.success());
+    let seg = cwd.path().join("data/embedded/00000000000000000000.dat");
+    assert_eq!(
+        std::fs::read(seg).expect("segment under ./data"),
+        [1, 2, b'i', b'd', 0, 1, b'x']
+    );
+}

@@ -337,8 +337,10 @@ fn raw(a: RawArgs) -> Result<()> {
         .map_err(|_| anyhow!("no endpoint"))?;
     let start = Instant::now();
     let (n, size) = (a.messages, a.size);
-    let ctx2 = ctx.clone();
+    // The sender gets its own context (its own I/O thread), as a separate producer process and
+    // the node would have: one shared I/O thread would halve the baseline on a small machine.
     let sender = std::thread::spawn(move || -> Result<()> {
+        let ctx2 = zmq::Context::new();
         let push = ctx2.socket(zmq::PUSH)?;
         push.set_sndhwm(0)?;
         push.connect(&ep)?;
