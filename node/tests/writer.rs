@@ -306,3 +306,47 @@ fn empty_messages_are_dropped_when_not_allowed_so_recovery_never_cuts_acked_data
         21
     );
 }
+
+#[test]
+fn retention_runs_on_a_timer_and_keeps_the_active_segment_spec_4_4() {
+    let n = TestNode::start_with(|c| {
+        c.store.segment_size = 100;
+        c.store.retain = Duration::from_secs(3600);
+        c.retention_check = Duration::from_millis(200);
+    });
+    let s = n.writer_client(zmq::DEALER, "old", 1);
+    for i in 0..3u8 {
+        s.send_multipart([&[i][..], &[b'z'; 100][..]], 0)
+            .expect("send");
+        assert_eq!(s.recv_bytes(0).expect("ack"), [i]);
+    }
+    let starts = n
+        .node()
+        .store()
+        .topic("old")
+        .expect("t")
+        .segment_starts()
+        .expect("s");
+    assert_eq!(starts, vec![0, 105, 210, 315]);
+    let two_hours_ago =
+        filetime::FileTime::from_unix_time(filetime::FileTime::now().unix_seconds() - 7200, 0);
+    for start in &starts {
+        filetime::set_file_mtime(n.segment("old", *start), two_hours_ago).expect("mtime");
+    }
+    // No new writes: the retention timer alone deletes every closed segment.
+    assert!(eventually(|| !n.segment("old", 210).exists()));
+    assert!(!n.segment("old", 0).exists());
+    assert!(
+        n.segment("old", 315).exists(),
+        "the active segment is never deleted"
+    );
+    let r = n.reader_dealer("old");
+    assert_eq!(
+        request(&r, &[b"FETCH", &0i64.to_be_bytes(), &10i64.to_be_bytes()]),
+        vec![vec![0x65]]
+    );
+    assert_eq!(
+        request(&r, &[b"OFFSET", &(-2i64).to_be_bytes()]),
+        vec![vec![0x64], 315u64.to_be_bytes().to_vec()]
+    );
+}
