@@ -1,0 +1,205 @@
+//! The replicated cluster metadata and its commands (issue #3): nodes with leader-granted
+//! leases, topics, fragment placement (Pirius "default"/"distribution" policies, `pirius.md` §7)
+//! and the Dolly leader.
+//!
+//! Apply is deterministic: no clocks, no randomness, sorted maps only. Times (`now_ms`) and ids
+//! are chosen by the proposer and carried in the command, so every node that applies the same
+//! log reaches the same state (compare [`Metadata::state_hash`]).
+
+mod apply;
+pub mod placement;
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::{NodeEndpoints, NodeId};
+
+/// A node known to the cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeRecord {
+    /// What the node advertises.
+    pub endpoints: NodeEndpoints,
+    /// The node is live while the applying command's `now_ms` is below this (ms since the epoch).
+    pub lease_until_ms: u64,
+}
+
+/// How a topic's messages map to fragments (`pirius.md` §7).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FragmentPolicy {
+    /// Pirius "default": every fragment receives the broadcast.
+    #[default]
+    Default,
+    /// Pirius "distribution": each message goes to one fragment.
+    Distribution,
+}
+
+/// One fragment of a topic: its leader and replicas.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fragment {
+    /// Fragment id, 0-based.
+    pub id: u32,
+    /// Node that accepts writes for it.
+    pub leader: NodeId,
+    /// Bumped at every leader change (Kafka's leader epoch, KIP-101).
+    pub leader_epoch: u64,
+    /// Every node holding a copy, leader first.
+    pub replicas: Vec<NodeId>,
+    /// Replicas caught up with the leader (in-sync replicas), leader first.
+    pub isr: Vec<NodeId>,
+}
+
+/// A topic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicRecord {
+    /// Copies of each fragment.
+    pub replication_factor: u32,
+    /// Retention in hours.
+    pub retain_hours: u32,
+    /// Fragment policy.
+    pub policy: FragmentPolicy,
+    /// Its fragments, by id.
+    pub fragments: Vec<Fragment>,
+}
+
+/// Everything the Raft group agrees on.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Metadata {
+    /// Known nodes by id.
+    pub nodes: BTreeMap<NodeId, NodeRecord>,
+    /// Topics by name.
+    pub topics: BTreeMap<String, TopicRecord>,
+    /// The node whose Dolly endpoints serve updates and snapshots.
+    pub dolly_leader: Option<NodeId>,
+}
+
+/// A metadata change, proposed by the Raft leader with its clock reading in it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// A node joins (or re-registers with new endpoints) with a lease of `lease_ms`.
+    RegisterNode {
+        /// Node id.
+        id: NodeId,
+        /// Its endpoints.
+        endpoints: NodeEndpoints,
+        /// Proposer's clock, ms since the epoch.
+        now_ms: u64,
+        /// Lease length, ms.
+        lease_ms: u64,
+    },
+    /// A node renews its lease.
+    Heartbeat {
+        /// Node id.
+        id: NodeId,
+        /// Proposer's clock, ms.
+        now_ms: u64,
+        /// Lease length, ms.
+        lease_ms: u64,
+    },
+    /// Fragments led by nodes whose lease ended before `now_ms` move to a live in-sync replica.
+    ExpireLeases {
+        /// Proposer's clock, ms.
+        now_ms: u64,
+    },
+    /// A node leaves the cluster; its fragments move as for an expired lease.
+    RemoveNode {
+        /// Node id.
+        id: NodeId,
+        /// Proposer's clock, ms.
+        now_ms: u64,
+    },
+    /// Creates a topic placed over the live nodes.
+    CreateTopic {
+        /// Topic name (ZPER spec §3: 1-64 ASCII letters or digits).
+        name: String,
+        /// Fragment count (default 1).
+        fragments: Option<u32>,
+        /// Copies per fragment (default min(3, live nodes)).
+        replication_factor: Option<u32>,
+        /// Retention, hours (default 168).
+        retain_hours: Option<u32>,
+        /// Fragment policy.
+        policy: FragmentPolicy,
+        /// Proposer's clock, ms.
+        now_ms: u64,
+    },
+    /// Deletes a topic.
+    DeleteTopic {
+        /// Topic name.
+        name: String,
+    },
+    /// Records the Dolly leader (the Raft leader, when leadership moves).
+    SetDollyLeader {
+        /// Node id.
+        id: NodeId,
+    },
+}
+
+/// What applying a command did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Applied {
+    /// Nothing to report (blank and membership entries, heartbeats, deletes).
+    Done,
+    /// The topic as placed.
+    Topic(TopicRecord),
+    /// Fragments whose leader changed.
+    LeadersMoved(Vec<(String, u32)>),
+}
+
+/// Why a command was refused; the state is unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, Error, Serialize, Deserialize)]
+pub enum MetadataError {
+    /// CreateTopic of an existing name.
+    #[error("topic {0} exists")]
+    TopicExists(String),
+    /// A topic that does not exist.
+    #[error("unknown topic {0}")]
+    UnknownTopic(String),
+    /// A node id that is not registered.
+    #[error("unknown node {0}")]
+    UnknownNode(NodeId),
+    /// A topic name that ZPER's identity cannot carry.
+    #[error("invalid topic name {name:?}: {reason}")]
+    InvalidName {
+        /// The name.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// A count out of range.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// No live node to place a topic on, or fewer than its replication factor.
+    #[error("not enough live nodes: {live} live, {needed} needed")]
+    NotEnoughNodes {
+        /// Live nodes.
+        live: usize,
+        /// Nodes needed.
+        needed: usize,
+    },
+}
+
+/// The response of every applied entry.
+pub type CommandResult = Result<Applied, MetadataError>;
+
+impl Metadata {
+    /// Ids of the nodes whose lease is current at `now_ms`, ascending.
+    pub fn live_nodes(&self, now_ms: u64) -> Vec<NodeId> {
+        self.nodes
+            .iter()
+            .filter(|(_, n)| n.lease_until_ms > now_ms)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// A stable 64-bit FNV-1a hash of the canonical JSON encoding: equal on every node that
+    /// applied the same commands.
+    pub fn state_hash(&self) -> u64 {
+        let bytes = serde_json::to_vec(self).unwrap_or_default();
+        bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+        })
+    }
+}

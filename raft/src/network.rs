@@ -1,0 +1,122 @@
+//! Raft RPCs between nodes: JSON over HTTP POST to the peer's admin address (`NodeEndpoints::http`),
+//! at `/raft/append`, `/raft/vote` and `/raft/snapshot`; the `zper-http` crate serves them. The
+//! remote answers `Result<Response, RaftError>` as JSON. Every call is bounded by openraft's
+//! per-RPC deadline, so a dead peer never blocks the Raft core (nor, being async on the tokio
+//! runtime, the ZMQ data path).
+
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::{NodeEndpoints, NodeId, TypeConfig};
+
+/// Path of the AppendEntries RPC.
+pub const APPEND_PATH: &str = "/raft/append";
+/// Path of the RequestVote RPC.
+pub const VOTE_PATH: &str = "/raft/vote";
+/// Path of the InstallSnapshot RPC.
+pub const SNAPSHOT_PATH: &str = "/raft/snapshot";
+
+/// Creates connections to peers (one shared HTTP client with pooled connections).
+#[derive(Debug, Clone, Default)]
+pub struct HttpNetwork {
+    client: reqwest::Client,
+}
+
+/// A connection to one peer.
+#[derive(Debug, Clone)]
+pub struct HttpConnection {
+    client: reqwest::Client,
+    target: NodeId,
+    node: NodeEndpoints,
+}
+
+impl RaftNetworkFactory<TypeConfig> for HttpNetwork {
+    type Network = HttpConnection;
+
+    async fn new_client(&mut self, target: NodeId, node: &NodeEndpoints) -> HttpConnection {
+        HttpConnection {
+            client: self.client.clone(),
+            target,
+            node: node.clone(),
+        }
+    }
+}
+
+impl HttpConnection {
+    async fn call<Req, Resp, E>(
+        &self,
+        path: &str,
+        req: &Req,
+        option: &RPCOption,
+    ) -> Result<Resp, RPCError<NodeId, NodeEndpoints, RaftError<NodeId, E>>>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let url = format!("http://{}{path}", self.node.http);
+        let sent = self
+            .client
+            .post(&url)
+            .timeout(option.hard_ttl())
+            .json(req)
+            .send()
+            .await
+            .map_err(|e| {
+                if e.is_connect() {
+                    RPCError::Unreachable(Unreachable::new(&e))
+                } else {
+                    RPCError::Network(NetworkError::new(&e))
+                }
+            })?;
+        let result: Result<Resp, RaftError<NodeId, E>> = sent
+            .json()
+            .await
+            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        result.map_err(|e| {
+            RPCError::RemoteError(RemoteError::new_with_node(
+                self.target,
+                self.node.clone(),
+                e,
+            ))
+        })
+    }
+}
+
+impl RaftNetwork<TypeConfig> for HttpConnection {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, NodeEndpoints, RaftError<NodeId>>>
+    {
+        self.call(APPEND_PATH, &rpc, &option).await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<NodeId>,
+        RPCError<NodeId, NodeEndpoints, RaftError<NodeId, InstallSnapshotError>>,
+    > {
+        self.call(SNAPSHOT_PATH, &rpc, &option).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, NodeEndpoints, RaftError<NodeId>>> {
+        self.call(VOTE_PATH, &rpc, &option).await
+    }
+}

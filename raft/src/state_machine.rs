@@ -1,0 +1,209 @@
+//! The openraft state machine over [`Metadata`]: applied in memory, snapshotted into RocksDB
+//! (column family `snapshot`), restored from the snapshot on start; openraft then re-applies the
+//! committed log entries after it.
+
+use std::io::Cursor;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
+use openraft::{
+    Entry, EntryPayload, ErrorSubject, ErrorVerb, LogId, RaftSnapshotBuilder, StorageError,
+    StorageIOError, StoredMembership,
+};
+use rocksdb::DB;
+use serde::{Deserialize, Serialize};
+
+use crate::log_store::{synced, CF_SNAPSHOT};
+use crate::metadata::{Applied, CommandResult, Metadata};
+use crate::{NodeEndpoints, NodeId, TypeConfig};
+
+type StorageResult<T> = Result<T, StorageError<NodeId>>;
+
+const KEY_SNAPSHOT: &[u8] = b"current";
+
+/// What the state machine holds: the metadata plus what openraft needs to know about it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppliedState {
+    /// Last log entry applied.
+    pub last_applied: Option<LogId<NodeId>>,
+    /// Last membership applied.
+    pub membership: StoredMembership<NodeId, NodeEndpoints>,
+    /// The cluster metadata.
+    pub metadata: Metadata,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct StoredSnapshot {
+    meta: SnapshotMeta<NodeId, NodeEndpoints>,
+    data: Vec<u8>,
+}
+
+/// The metadata state machine of one node (cheap to clone: shares its state and database).
+#[derive(Debug, Clone)]
+pub struct StateMachineStore {
+    db: Arc<DB>,
+    state: Arc<RwLock<AppliedState>>,
+    snapshots: Arc<AtomicU64>,
+}
+
+fn sm_error(verb: ErrorVerb, e: impl std::fmt::Display) -> StorageError<NodeId> {
+    StorageIOError::new(
+        ErrorSubject::StateMachine,
+        verb,
+        openraft::AnyError::error(e.to_string()),
+    )
+    .into()
+}
+
+impl StateMachineStore {
+    /// Opens the state machine, restoring it from the stored snapshot if there is one.
+    pub(crate) fn new(db: Arc<DB>) -> StorageResult<Self> {
+        let sm = StateMachineStore {
+            db,
+            state: Arc::new(RwLock::new(AppliedState::default())),
+            snapshots: Arc::new(AtomicU64::new(0)),
+        };
+        if let Some(stored) = sm.read_snapshot()? {
+            let state: AppliedState =
+                serde_json::from_slice(&stored.data).map_err(|e| sm_error(ErrorVerb::Read, e))?;
+            *sm.write()? = state;
+        }
+        Ok(sm)
+    }
+
+    /// A copy of the current state (metadata, last applied, membership).
+    pub fn state(&self) -> AppliedState {
+        self.state.read().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// A copy of the current metadata.
+    pub fn metadata(&self) -> Metadata {
+        self.state
+            .read()
+            .map(|s| s.metadata.clone())
+            .unwrap_or_default()
+    }
+
+    fn write(&self) -> StorageResult<std::sync::RwLockWriteGuard<'_, AppliedState>> {
+        self.state
+            .write()
+            .map_err(|_| sm_error(ErrorVerb::Write, "state machine lock poisoned"))
+    }
+
+    fn read_snapshot(&self) -> StorageResult<Option<StoredSnapshot>> {
+        let cf = self
+            .db
+            .cf_handle(CF_SNAPSHOT)
+            .ok_or_else(|| sm_error(ErrorVerb::Read, "missing column family snapshot"))?;
+        let raw = self
+            .db
+            .get_cf(cf, KEY_SNAPSHOT)
+            .map_err(|e| sm_error(ErrorVerb::Read, e))?;
+        raw.map(|b| serde_json::from_slice(&b))
+            .transpose()
+            .map_err(|e| sm_error(ErrorVerb::Read, e))
+    }
+
+    fn save_snapshot(&self, stored: &StoredSnapshot) -> StorageResult<()> {
+        let cf = self
+            .db
+            .cf_handle(CF_SNAPSHOT)
+            .ok_or_else(|| sm_error(ErrorVerb::Write, "missing column family snapshot"))?;
+        let bytes = serde_json::to_vec(stored).map_err(|e| sm_error(ErrorVerb::Write, e))?;
+        self.db
+            .put_cf_opt(cf, KEY_SNAPSHOT, bytes, &synced())
+            .map_err(|e| sm_error(ErrorVerb::Write, e))
+    }
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
+    async fn build_snapshot(&mut self) -> StorageResult<Snapshot<TypeConfig>> {
+        let state = self.state();
+        let data = serde_json::to_vec(&state).map_err(|e| sm_error(ErrorVerb::Read, e))?;
+        let n = self.snapshots.fetch_add(1, Ordering::Relaxed) + 1;
+        let snapshot_id = match state.last_applied {
+            Some(l) => format!("{}-{}-{n}", l.leader_id, l.index),
+            None => format!("--{n}"),
+        };
+        let meta = SnapshotMeta {
+            last_log_id: state.last_applied,
+            last_membership: state.membership.clone(),
+            snapshot_id,
+        };
+        self.save_snapshot(&StoredSnapshot {
+            meta: meta.clone(),
+            data: data.clone(),
+        })?;
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(data)),
+        })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachineStore {
+    type SnapshotBuilder = Self;
+
+    async fn applied_state(
+        &mut self,
+    ) -> StorageResult<(
+        Option<LogId<NodeId>>,
+        StoredMembership<NodeId, NodeEndpoints>,
+    )> {
+        let s = self.state();
+        Ok((s.last_applied, s.membership))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> StorageResult<Vec<CommandResult>>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + openraft::OptionalSend,
+        I::IntoIter: openraft::OptionalSend,
+    {
+        let mut state = self.write()?;
+        let mut out = Vec::new();
+        for entry in entries {
+            state.last_applied = Some(entry.log_id);
+            out.push(match entry.payload {
+                EntryPayload::Blank => Ok(Applied::Done),
+                EntryPayload::Normal(ref command) => state.metadata.apply(command),
+                EntryPayload::Membership(ref m) => {
+                    state.membership = StoredMembership::new(Some(entry.log_id), m.clone());
+                    Ok(Applied::Done)
+                }
+            });
+        }
+        Ok(out)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> StorageResult<Box<Cursor<Vec<u8>>>> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<NodeId, NodeEndpoints>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> StorageResult<()> {
+        let data = snapshot.into_inner();
+        let state: AppliedState = serde_json::from_slice(&data)
+            .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
+        self.save_snapshot(&StoredSnapshot {
+            meta: meta.clone(),
+            data,
+        })?;
+        *self.write()? = state;
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> StorageResult<Option<Snapshot<TypeConfig>>> {
+        Ok(self.read_snapshot()?.map(|s| Snapshot {
+            meta: s.meta,
+            snapshot: Box::new(Cursor::new(s.data)),
+        }))
+    }
+}
