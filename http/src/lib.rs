@@ -1,15 +1,20 @@
 //! zper-http: the admin HTTP server of a node (axum). It serves the Raft RPCs of
-//! [`zper_raft::network`] (`/raft/append`, `/raft/vote`, `/raft/snapshot`); the admin API and
-//! `/metrics` build on the same router. It never touches zmq or the segment store.
+//! [`zper_raft::network`] (`/raft/append`, `/raft/vote`, `/raft/snapshot`), the forwarded
+//! proposals of followers, and the admin API (`/v1/...`, JSON; errors are 4xx/5xx with a JSON
+//! `{code, message}` body). It never touches zmq or the segment store.
 
+mod admin;
+mod error;
 mod raft_rpc;
+
+pub use error::ApiError;
 
 use axum::Router;
 use zper_raft::ClusterNode;
 
 /// The router of a node's HTTP server.
 pub fn router(node: ClusterNode) -> Router {
-    raft_rpc::routes().with_state(node)
+    raft_rpc::routes().merge(admin::routes()).with_state(node)
 }
 
 /// Serves [`router`] on an already bound listener (bind first, so the address can be

@@ -17,6 +17,9 @@ use crate::metadata::{Command, CommandResult};
 use crate::network::HttpNetwork;
 use crate::{NodeEndpoints, NodeId, StateMachineStore, TypeConfig};
 
+/// Longest wait for a forwarded proposal.
+pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Raft settings of one node.
 #[derive(Debug, Clone)]
 pub struct ClusterConfig {
@@ -88,6 +91,7 @@ pub struct ClusterNode {
     pub state: StateMachineStore,
     /// This node's id.
     pub id: NodeId,
+    http: reqwest::Client,
 }
 
 impl ClusterNode {
@@ -128,6 +132,7 @@ impl ClusterNode {
             raft,
             state: sm,
             id: config.id,
+            http: reqwest::Client::new(),
         })
     }
 
@@ -147,6 +152,54 @@ impl ClusterNode {
             Err(RaftError::APIError(e)) => Err(ClusterError::Write(e.to_string())),
             Err(RaftError::Fatal(f)) => Err(ClusterError::Fatal(f)),
         }
+    }
+
+    /// Proposes `command` through the leader: locally when this node leads, else forwarded to
+    /// the leader's HTTP address (`PROPOSE_PATH`). While no leader is known (an election), it
+    /// retries every 100 ms for up to `FORWARD_TIMEOUT`.
+    ///
+    /// Errors: as [`ClusterNode::write`]; `NotLeader` when no leader emerges in time; `Write`
+    /// when the forward fails.
+    pub async fn propose(&self, command: Command) -> Result<CommandResult, ClusterError> {
+        let deadline = tokio::time::Instant::now() + FORWARD_TIMEOUT;
+        loop {
+            let result = match self.write(command.clone()).await {
+                Err(ClusterError::NotLeader {
+                    endpoints: Some(leader),
+                    ..
+                }) => self.forward(&leader, &command).await,
+                other => other,
+            };
+            let retry = matches!(
+                &result,
+                Err(ClusterError::NotLeader { .. }) | Err(ClusterError::Write(_))
+            );
+            if !retry || tokio::time::Instant::now() >= deadline {
+                return result;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn forward(
+        &self,
+        leader: &NodeEndpoints,
+        command: &Command,
+    ) -> Result<CommandResult, ClusterError> {
+        let url = format!("http://{}{}", leader.http, crate::network::PROPOSE_PATH);
+        let resp = self
+            .http
+            .post(&url)
+            .timeout(FORWARD_TIMEOUT)
+            .json(command)
+            .send()
+            .await
+            .map_err(|e| ClusterError::Write(format!("forward to leader at {url}: {e}")))?;
+        let result: Result<CommandResult, String> = resp
+            .json()
+            .await
+            .map_err(|e| ClusterError::Write(format!("leader reply: {e}")))?;
+        result.map_err(ClusterError::Write)
     }
 
     /// The current leader, if known.

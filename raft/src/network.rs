@@ -23,6 +23,9 @@ pub const APPEND_PATH: &str = "/raft/append";
 pub const VOTE_PATH: &str = "/raft/vote";
 /// Path of the InstallSnapshot RPC.
 pub const SNAPSHOT_PATH: &str = "/raft/snapshot";
+/// Path where a follower forwards a metadata command to the leader: JSON [`crate::metadata::Command`]
+/// in, JSON `Result<CommandResult, String>` out.
+pub const PROPOSE_PATH: &str = "/v1/internal/propose";
 
 /// Creates connections to peers (one shared HTTP client with pooled connections).
 #[derive(Debug, Clone, Default)]

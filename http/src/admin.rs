@@ -1,0 +1,232 @@
+//! The admin API (issue #3): readiness, Raft state, brokers and topics. Reads are local by
+//! default; `?consistent=true` first confirms leadership with a quorum (`ensure_linearizable`),
+//! which only the leader can do (others answer 503 `not_leader`). Writes go through
+//! [`ClusterNode::propose`], so any node accepts them.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use zper_raft::metadata::{Applied, Command, CommandResult, FragmentPolicy, TopicRecord};
+use zper_raft::network::PROPOSE_PATH;
+use zper_raft::{ClusterNode, NodeEndpoints, NodeId};
+
+use crate::error::ApiError;
+
+pub(crate) fn routes() -> Router<ClusterNode> {
+    Router::new()
+        .route("/v1/status/ready", get(ready))
+        .route("/v1/raft", get(raft_state))
+        .route("/v1/brokers", get(brokers))
+        .route("/v1/topics", get(topics))
+        .route(
+            "/v1/topics/{name}",
+            get(topic).post(create_topic).delete(delete_topic),
+        )
+        .route(PROPOSE_PATH, post(propose_local))
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// `?consistent=true|false`.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct ReadMode {
+    #[serde(default)]
+    consistent: bool,
+}
+
+async fn read_check(node: &ClusterNode, mode: &ReadMode) -> Result<(), ApiError> {
+    if mode.consistent {
+        node.raft.ensure_linearizable().await.map_err(|e| {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_leader", e.to_string())
+        })?;
+    }
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct Ready {
+    ready: bool,
+    leader: Option<NodeId>,
+    last_log_index: Option<u64>,
+    last_applied: Option<u64>,
+}
+
+/// 200 when a leader is known and everything in this node's log is applied; else 503.
+async fn ready(State(node): State<ClusterNode>) -> (StatusCode, Json<Ready>) {
+    let m = node.raft.metrics().borrow().clone();
+    let applied = m.last_applied.map(|l| l.index);
+    let ok = m.current_leader.is_some() && applied == m.last_log_index;
+    let status = if ok {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        status,
+        Json(Ready {
+            ready: ok,
+            leader: m.current_leader,
+            last_log_index: m.last_log_index,
+            last_applied: applied,
+        }),
+    )
+}
+
+#[derive(Serialize)]
+struct RaftState {
+    id: NodeId,
+    term: u64,
+    state: String,
+    leader: Option<NodeId>,
+    last_log_index: Option<u64>,
+    last_applied: Option<u64>,
+    voters: Vec<NodeId>,
+    learners: Vec<NodeId>,
+}
+
+async fn raft_state(State(node): State<ClusterNode>) -> Json<RaftState> {
+    let m = node.raft.metrics().borrow().clone();
+    let membership = m.membership_config.membership();
+    Json(RaftState {
+        id: m.id,
+        term: m.current_term,
+        state: format!("{:?}", m.state),
+        leader: m.current_leader,
+        last_log_index: m.last_log_index,
+        last_applied: m.last_applied.map(|l| l.index),
+        voters: membership.voter_ids().collect(),
+        learners: membership.learner_ids().collect(),
+    })
+}
+
+#[derive(Serialize)]
+struct Broker {
+    id: NodeId,
+    live: bool,
+    lease_until_ms: u64,
+    dolly_leader: bool,
+    endpoints: NodeEndpoints,
+}
+
+async fn brokers(
+    State(node): State<ClusterNode>,
+    Query(mode): Query<ReadMode>,
+) -> Result<Json<Vec<Broker>>, ApiError> {
+    read_check(&node, &mode).await?;
+    let meta = node.state.metadata();
+    let now = now_ms();
+    Ok(Json(
+        meta.nodes
+            .iter()
+            .map(|(id, n)| Broker {
+                id: *id,
+                live: n.lease_until_ms > now,
+                lease_until_ms: n.lease_until_ms,
+                dolly_leader: meta.dolly_leader == Some(*id),
+                endpoints: n.endpoints.clone(),
+            })
+            .collect(),
+    ))
+}
+
+#[derive(Serialize)]
+struct NamedTopic {
+    name: String,
+    #[serde(flatten)]
+    topic: TopicRecord,
+}
+
+async fn topics(
+    State(node): State<ClusterNode>,
+    Query(mode): Query<ReadMode>,
+) -> Result<Json<Vec<NamedTopic>>, ApiError> {
+    read_check(&node, &mode).await?;
+    Ok(Json(
+        node.state
+            .metadata()
+            .topics
+            .into_iter()
+            .map(|(name, topic)| NamedTopic { name, topic })
+            .collect(),
+    ))
+}
+
+async fn topic(
+    State(node): State<ClusterNode>,
+    Path(name): Path<String>,
+    Query(mode): Query<ReadMode>,
+) -> Result<Json<NamedTopic>, ApiError> {
+    read_check(&node, &mode).await?;
+    match node.state.metadata().topics.remove(&name) {
+        Some(topic) => Ok(Json(NamedTopic { name, topic })),
+        None => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_topic",
+            format!("unknown topic {name}"),
+        )),
+    }
+}
+
+/// Body of `POST /v1/topics/{name}`; every field is optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CreateTopic {
+    fragments: Option<u32>,
+    replication_factor: Option<u32>,
+    retain_hours: Option<u32>,
+    #[serde(default)]
+    policy: FragmentPolicy,
+}
+
+async fn create_topic(
+    State(node): State<ClusterNode>,
+    Path(name): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<(StatusCode, Json<NamedTopic>), ApiError> {
+    let req: CreateTopic = if body.iter().all(u8::is_ascii_whitespace) {
+        CreateTopic::default()
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", e.to_string()))?
+    };
+    let command = Command::CreateTopic {
+        name: name.clone(),
+        fragments: req.fragments,
+        replication_factor: req.replication_factor,
+        retain_hours: req.retain_hours,
+        policy: req.policy,
+        now_ms: now_ms(),
+    };
+    match node.propose(command).await?? {
+        Applied::Topic(topic) => Ok((StatusCode::CREATED, Json(NamedTopic { name, topic }))),
+        other => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("unexpected result {other:?}"),
+        )),
+    }
+}
+
+async fn delete_topic(
+    State(node): State<ClusterNode>,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    node.propose(Command::DeleteTopic { name }).await??;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// A follower's forwarded proposal: applied here only if this node leads (no second hop).
+async fn propose_local(
+    State(node): State<ClusterNode>,
+    Json(command): Json<Command>,
+) -> Json<Result<CommandResult, String>> {
+    Json(node.write(command).await.map_err(|e| e.to_string()))
+}
