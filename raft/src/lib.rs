@@ -12,6 +12,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod cluster;
+pub mod controller;
 pub mod log_store;
 pub mod metadata;
 pub mod network;
