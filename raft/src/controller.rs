@@ -45,7 +45,7 @@ pub fn answer(
                 .collect(),
         ),
         ControllerRequest::Leader => match leader.and_then(|l| node_info(meta, l, now_ms)) {
-            Some(n) => ControllerReply::Leader(n),
+            Some(n) => ControllerReply::Leader(Box::new(n)),
             None => ControllerReply::Status(Status::InvalidOffset),
         },
         ControllerRequest::Topic(name) => match meta.topics.get(name) {

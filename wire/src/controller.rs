@@ -151,7 +151,7 @@ pub enum ControllerReply {
     /// TOPIC.
     Topic(Vec<FragmentInfo>),
     /// LEADER.
-    Leader(NodeInfo),
+    Leader(Box<NodeInfo>),
 }
 
 fn node_frames(n: &NodeInfo, out: &mut Vec<Vec<u8>>) {
@@ -252,7 +252,7 @@ impl ControllerReply {
             at: 0,
         };
         let reply = match request {
-            ControllerRequest::Leader => ControllerReply::Leader(c.node()?),
+            ControllerRequest::Leader => ControllerReply::Leader(Box::new(c.node()?)),
             ControllerRequest::Nodes => {
                 let n = c.u32()?;
                 let mut nodes = Vec::new();
@@ -297,7 +297,7 @@ mod tests {
     fn node(id: u64) -> NodeInfo {
         NodeInfo {
             id,
-            live: id % 2 == 0,
+            live: id.is_multiple_of(2),
             name: format!("n{id}"),
             endpoints: std::array::from_fn(|i| format!("tcp://10.0.0.{id}:{}", 5555 + i)),
         }
