@@ -36,21 +36,10 @@ pub(crate) fn start(
     counters: Arc<Counters>,
     stop: Arc<AtomicBool>,
 ) -> Result<Reader, zmq::Error> {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let inproc = format!(
-        "inproc://zper-reader-replies-{}",
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    );
-    let replies = ctx.socket(zmq::PULL)?;
-    replies.set_rcvhwm(0)?;
-    replies.bind(&inproc)?;
+    let (replies, pushes) = super::worker_replies(ctx, "reader-replies", workers)?;
     let (tx, rx) = crossbeam_channel::bounded::<Vec<Vec<u8>>>(1024);
     let mut handles = Vec::with_capacity(workers);
-    for i in 0..workers {
-        let push = ctx.socket(zmq::PUSH)?;
-        push.set_sndhwm(0)?;
-        push.set_linger(1000)?;
-        push.connect(&inproc)?;
+    for (i, push) in pushes.into_iter().enumerate() {
         let (rx, store, counters) = (rx.clone(), store.clone(), counters.clone());
         handles.push(
             std::thread::Builder::new()

@@ -86,22 +86,11 @@ pub(crate) fn start(
     counters: Arc<Counters>,
     stop: Arc<AtomicBool>,
 ) -> Result<Writer, zmq::Error> {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let inproc = format!(
-        "inproc://zper-writer-acks-{}",
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    );
-    let acks = ctx.socket(zmq::PULL)?;
-    acks.set_rcvhwm(0)?;
-    acks.bind(&inproc)?;
+    let (acks, pushes) = super::worker_replies(ctx, "writer-acks", settings.workers)?;
     let mut senders = Vec::with_capacity(settings.workers);
     let mut workers = Vec::with_capacity(settings.workers);
-    for i in 0..settings.workers {
+    for (i, push) in pushes.into_iter().enumerate() {
         let (tx, rx) = crossbeam_channel::bounded(16);
-        let push = ctx.socket(zmq::PUSH)?;
-        push.set_sndhwm(0)?;
-        push.set_linger(1000)?;
-        push.connect(&inproc)?;
         let worker = Worker {
             rx,
             acks: push,
