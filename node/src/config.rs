@@ -63,8 +63,51 @@ pub struct NodeConfig {
     pub send_buffer: i32,
     /// How often retention runs.
     pub retention_check: Duration,
+    /// Cluster (Raft metadata group) settings.
+    pub cluster: ClusterSettings,
     /// Keys that were present but are unknown (reported as warnings).
     pub unknown_keys: Vec<String>,
+}
+
+/// The node's place in the Raft metadata group (issue #3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterSettings {
+    /// This node's id (`node.id`, default 1).
+    pub node_id: u64,
+    /// Human name (`node.name`, default `node<id>`).
+    pub node_name: String,
+    /// HTTP admin and Raft address to bind (`http.bind`, default `0.0.0.0:9644`).
+    pub http_bind: String,
+    /// HTTP address other nodes and clients use (`http.advertise`; default: `http.bind` with an
+    /// unspecified host replaced by 127.0.0.1 and the bound port).
+    pub http_advertise: Option<String>,
+    /// Initial voters: `controller.quorum.<id> = host:port` (their HTTP addresses). Empty: this
+    /// node alone (a one-voter group).
+    pub voters: std::collections::BTreeMap<u64, String>,
+    /// Raft data directory (`raft.dir`, default `<base_dir>/.raft`, which is not a topic name).
+    pub raft_dir: Option<std::path::PathBuf>,
+    /// Lease of a node's liveness, renewed by heartbeats every third of it (`node.lease_ms`).
+    pub lease_ms: u64,
+    /// Raft heartbeat interval (`raft.heartbeat_ms`).
+    pub heartbeat_ms: u64,
+    /// Raft election timeout, lower bound (`raft.election_timeout_ms`).
+    pub election_timeout_ms: u64,
+}
+
+impl Default for ClusterSettings {
+    fn default() -> Self {
+        ClusterSettings {
+            node_id: 1,
+            node_name: String::new(),
+            http_bind: "0.0.0.0:9644".into(),
+            http_advertise: None,
+            voters: Default::default(),
+            raft_dir: None,
+            lease_ms: 3000,
+            heartbeat_ms: 100,
+            election_timeout_ms: 500,
+        }
+    }
 }
 
 /// Keys read by zper-node today.
@@ -86,6 +129,14 @@ const KNOWN: &[&str] = &[
     "reader.bind",
     "reader.workers",
     "ack.bind",
+    "node.id",
+    "node.name",
+    "node.lease_ms",
+    "http.bind",
+    "http.advertise",
+    "raft.dir",
+    "raft.heartbeat_ms",
+    "raft.election_timeout_ms",
 ];
 
 /// Keys of the seed or the original that are accepted and reserved for later features (cluster,
@@ -98,7 +149,7 @@ const RESERVED: &[&str] = &[
     "controller.bind",
     "replica.bind",
 ];
-const RESERVED_PREFIXES: &[&str] = &["controller.quorum.", "writer.replica."];
+const RESERVED_PREFIXES: &[&str] = &["writer.replica."];
 
 impl Default for NodeConfig {
     /// The original's code defaults (§7) with `base_dir = ./data` and the ack endpoint on 5557.
@@ -116,6 +167,7 @@ impl Default for NodeConfig {
             receive_buffer: 1_048_576,
             send_buffer: 1_048_576,
             retention_check: Duration::from_secs(60),
+            cluster: ClusterSettings::default(),
             unknown_keys: Vec::new(),
         }
     }
@@ -196,10 +248,12 @@ impl NodeConfig {
                 *field = v;
             }
         }
+        c.cluster = cluster_settings(map)?;
         let mut unknown: Vec<String> = map
             .keys()
             .filter(|k| {
-                !KNOWN.contains(&k.as_str())
+                !k.starts_with("controller.quorum.")
+                    && !KNOWN.contains(&k.as_str())
                     && !RESERVED.contains(&k.as_str())
                     && !RESERVED_PREFIXES.iter().any(|p| k.starts_with(p))
             })
@@ -209,6 +263,53 @@ impl NodeConfig {
         c.unknown_keys = unknown;
         Ok(c)
     }
+}
+
+fn cluster_settings(map: &HashMap<String, String>) -> Result<ClusterSettings, ConfigError> {
+    let mut c = ClusterSettings::default();
+    let get = |k: &str| map.get(k).map(|v| v.trim().to_owned());
+    c.node_id = num(map, "node.id", 1, 1)?;
+    c.node_name = get("node.name").unwrap_or_else(|| format!("node{}", c.node_id));
+    let host_port = |key: &str, v: &str| -> Result<String, ConfigError> {
+        match v.rsplit_once(':') {
+            Some((h, p)) if !h.is_empty() && p.parse::<u16>().is_ok() => Ok(v.to_owned()),
+            _ => Err(bad(key, v, "host:port with a port of 0-65535")),
+        }
+    };
+    if let Some(v) = get("http.bind") {
+        c.http_bind = host_port("http.bind", &v)?;
+    }
+    if let Some(v) = get("http.advertise") {
+        c.http_advertise = Some(host_port("http.advertise", &v)?);
+    }
+    for (k, v) in map {
+        if let Some(id) = k.strip_prefix("controller.quorum.") {
+            let id: u64 = match id.parse() {
+                Ok(n) if n >= 1 => n,
+                _ => return Err(bad(k, id, "controller.quorum.<node id >= 1> = host:port")),
+            };
+            c.voters.insert(id, host_port(k, v.trim())?);
+        }
+    }
+    if !c.voters.is_empty() && !c.voters.contains_key(&c.node_id) {
+        return Err(bad(
+            "node.id",
+            &c.node_id.to_string(),
+            "one of the controller.quorum.<id> voters (joining as a learner comes later)",
+        ));
+    }
+    c.raft_dir = get("raft.dir").map(std::path::PathBuf::from);
+    c.lease_ms = num(map, "node.lease_ms", c.lease_ms, 100)?;
+    c.heartbeat_ms = num(map, "raft.heartbeat_ms", c.heartbeat_ms, 10)?;
+    c.election_timeout_ms = num(map, "raft.election_timeout_ms", c.election_timeout_ms, 50)?;
+    if c.election_timeout_ms <= c.heartbeat_ms {
+        return Err(bad(
+            "raft.election_timeout_ms",
+            &c.election_timeout_ms.to_string(),
+            "more than raft.heartbeat_ms",
+        ));
+    }
+    Ok(c)
 }
 
 fn bad(key: &str, value: &str, expected: &'static str) -> ConfigError {
@@ -347,6 +448,11 @@ mod tests {
             ("io_threads = ", "io_threads"),
             ("io_threads = 100000", "io_threads"),
             ("reader.workers = 5000", "reader.workers"),
+            ("controller.quorum.x = a:1", "controller.quorum.x"),
+            ("controller.quorum.1 = nohost", "controller.quorum.1"),
+            ("node.id = 2\ncontroller.quorum.1 = a:1", "node.id"),
+            ("http.bind = 9644", "http.bind"),
+            ("raft.heartbeat_ms = 500", "raft.election_timeout_ms"),
         ] {
             let e = parse(text).expect_err(text);
             assert!(e.to_string().contains(&format!("`{key}`")), "{e}");

@@ -3,6 +3,7 @@
 //! configuration and the CLI. zmq lives here and only here.
 
 pub mod cli;
+mod cluster;
 pub mod config;
 pub mod endpoint;
 pub mod metrics;

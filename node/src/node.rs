@@ -35,6 +35,23 @@ pub enum NodeError {
     /// Any other zmq failure while setting up.
     #[error("zmq: {0}")]
     Zmq(#[from] zmq::Error),
+    /// The HTTP admin address could not be bound (or the runtime could not start).
+    #[error("cannot bind http {endpoint}: {source}")]
+    Http {
+        /// The address.
+        endpoint: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// Raft could not start (boxed: openraft's errors are large).
+    #[error("raft: {0}")]
+    Cluster(Box<zper_raft::ClusterError>),
+}
+
+impl From<zper_raft::ClusterError> for NodeError {
+    fn from(e: zper_raft::ClusterError) -> Self {
+        NodeError::Cluster(Box::new(e))
+    }
 }
 
 /// The endpoints a node actually bound (ports resolved when the config asked for `*` or `0`).
@@ -46,6 +63,8 @@ pub struct Endpoints {
     pub reader: String,
     /// Ack PUB.
     pub ack: String,
+    /// HTTP admin (and Raft) address, `host:port`.
+    pub http: String,
 }
 
 /// A started node. Dropping it without [`Node::shutdown`] leaves its threads running.
@@ -55,6 +74,7 @@ pub struct Node {
     counters: Arc<Counters>,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
+    member: Option<crate::cluster::Member>,
     _ctx: zmq::Context,
 }
 
@@ -123,11 +143,14 @@ impl Node {
                 source,
             })?;
         let p = bind(&ctx, zmq::PUB, &config.ack_bind)?;
-        let endpoints = Endpoints {
+        let mut endpoints = Endpoints {
             writer: last_endpoint(&w)?,
             reader: last_endpoint(&r)?,
             ack: last_endpoint(&p)?,
+            http: String::new(),
         };
+        let member = crate::cluster::Member::start(config, &endpoints)?;
+        endpoints.http = member.http.clone();
 
         let (notice_tx, notice_rx) = crossbeam_channel::unbounded();
         let ack_counters = counters.clone();
@@ -173,6 +196,7 @@ impl Node {
             writer = %endpoints.writer,
             reader = %endpoints.reader,
             ack = %endpoints.ack,
+            http = %endpoints.http,
             "zper node started"
         );
         Ok(Node {
@@ -181,6 +205,7 @@ impl Node {
             counters,
             stop,
             threads,
+            member: Some(member),
             _ctx: ctx,
         })
     }
@@ -202,7 +227,10 @@ impl Node {
 
     /// Stops every endpoint, lets the writer workers append and flush what they hold, and
     /// flushes every topic.
-    pub fn shutdown(self) -> Result<(), NodeError> {
+    pub fn shutdown(mut self) -> Result<(), NodeError> {
+        if let Some(m) = self.member.take() {
+            m.shutdown();
+        }
         self.stop.store(true, Ordering::Relaxed);
         for t in self.threads {
             if t.join().is_err() {

@@ -34,6 +34,7 @@ pub fn test_config(dir: &Path) -> NodeConfig {
     c.ack_bind = "tcp://127.0.0.1:*".into();
     c.writer_workers = 3;
     c.reader_workers = 2;
+    c.cluster.http_bind = "127.0.0.1:0".into();
     c
 }
 
@@ -201,13 +202,18 @@ pub struct ChildNode {
 impl ChildNode {
     /// Writes a config for `data_dir` with fresh ports plus `extra` lines, and starts the binary.
     pub fn start(data_dir: &Path, extra: &str) -> ChildNode {
+        Self::start_on(data_dir, free_port(), extra)
+    }
+
+    /// As [`ChildNode::start`] with the HTTP admin on 127.0.0.1:`h`.
+    pub fn start_on(data_dir: &Path, h: u16, extra: &str) -> ChildNode {
         let (w, r, a) = (free_port(), free_port(), free_port());
         let config = data_dir.with_extension("properties");
         std::fs::write(
             &config,
             format!(
                 "base_dir = {}\nwriter.bind = tcp://127.0.0.1:{w}\nreader.bind = tcp://127.0.0.1:{r}\n\
-                 ack.bind = tcp://127.0.0.1:{a}\n{extra}\n",
+                 ack.bind = tcp://127.0.0.1:{a}\nhttp.bind = 127.0.0.1:{h}\n{extra}\n",
                 data_dir.display()
             ),
         )
@@ -341,4 +347,34 @@ impl Zmtp2 {
             }
         }
     }
+}
+
+/// A minimal HTTP/1.1 request to `addr` (`host:port`): (status, body), or None when the node
+/// does not answer (connection refused, reset).
+pub fn http(method: &str, addr: &str, path: &str, body: Option<&str>) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    let body = body.unwrap_or("");
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).ok()?;
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).ok()?;
+    let status = resp.split_whitespace().nth(1)?.parse().ok()?;
+    let body = resp
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_owned();
+    Some((status, body))
+}
+
+/// GET `path` as JSON (Null when the node does not answer or the body is not JSON).
+pub fn get_json(addr: &str, path: &str) -> serde_json::Value {
+    http("GET", addr, path, None)
+        .and_then(|(_, b)| serde_json::from_str(&b).ok())
+        .unwrap_or(serde_json::Value::Null)
 }

@@ -1,0 +1,203 @@
+//! The node's membership in the Raft metadata group (issue #3): a tokio runtime running the
+//! openraft member ([`zper_raft::ClusterNode`]), its HTTP server ([`zper_http`]) and a
+//! registrar that registers this node, renews its lease, and — on the leader — records the
+//! Dolly leader and fails fragments over from nodes whose lease ended. zmq endpoints never run
+//! on this runtime.
+
+use std::net::TcpListener;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tracing::{info, warn};
+use zper_raft::metadata::{Command, MetadataError};
+use zper_raft::{ClusterConfig, ClusterNode, NodeEndpoints};
+
+use crate::config::NodeConfig;
+use crate::node::{Endpoints, NodeError};
+
+/// A running cluster member.
+pub(crate) struct Member {
+    runtime: tokio::runtime::Runtime,
+    node: ClusterNode,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Advertised HTTP address.
+    pub(crate) http: String,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// `tcp://*:5555` or `tcp://0.0.0.0:5555` as seen from `host`.
+fn advertise(endpoint: &str, host: &str) -> String {
+    match endpoint.rsplit_once(':') {
+        Some((_, port)) if endpoint.starts_with("tcp://") => format!("tcp://{host}:{port}"),
+        _ => endpoint.to_owned(),
+    }
+}
+
+impl Member {
+    /// Binds the HTTP address, starts Raft (initializing the group if this is a fresh initial
+    /// voter) and the registrar.
+    pub(crate) fn start(config: &NodeConfig, zmq: &Endpoints) -> Result<Member, NodeError> {
+        let c = &config.cluster;
+        let listener = TcpListener::bind(&c.http_bind).map_err(|e| NodeError::Http {
+            endpoint: c.http_bind.clone(),
+            source: e,
+        })?;
+        let bound = listener.local_addr().map_err(|e| NodeError::Http {
+            endpoint: c.http_bind.clone(),
+            source: e,
+        })?;
+        let http = c.http_advertise.clone().unwrap_or_else(|| {
+            let host = if bound.ip().is_unspecified() {
+                "127.0.0.1".to_owned()
+            } else {
+                bound.ip().to_string()
+            };
+            format!("{host}:{}", bound.port())
+        });
+        let host = http
+            .rsplit_once(':')
+            .map_or("127.0.0.1", |(h, _)| h)
+            .to_owned();
+        let endpoints = NodeEndpoints {
+            name: c.node_name.clone(),
+            writer: advertise(&zmq.writer, &host),
+            reader: advertise(&zmq.reader, &host),
+            ack: advertise(&zmq.ack, &host),
+            http: http.clone(),
+            ..Default::default()
+        };
+        let mut voters: std::collections::BTreeMap<u64, NodeEndpoints> = c
+            .voters
+            .iter()
+            .map(|(id, addr)| {
+                (
+                    *id,
+                    NodeEndpoints {
+                        name: format!("node{id}"),
+                        http: addr.clone(),
+                        ..Default::default()
+                    },
+                )
+            })
+            .collect();
+        voters.insert(c.node_id, endpoints.clone());
+        let raft_config = ClusterConfig {
+            id: c.node_id,
+            endpoints: endpoints.clone(),
+            voters,
+            dir: c
+                .raft_dir
+                .clone()
+                .unwrap_or_else(|| config.store.base_dir.join(".raft")),
+            heartbeat_ms: c.heartbeat_ms,
+            election_timeout_ms: c.election_timeout_ms,
+            snapshot_every: 1000,
+        };
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("zper-cluster")
+            .enable_all()
+            .build()
+            .map_err(|e| NodeError::Http {
+                endpoint: "tokio runtime".into(),
+                source: e,
+            })?;
+        let node = runtime.block_on(ClusterNode::start(&raft_config))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| NodeError::Http {
+                endpoint: c.http_bind.clone(),
+                source: e,
+            })?;
+        let server = {
+            let _guard = runtime.enter();
+            let listener =
+                tokio::net::TcpListener::from_std(listener).map_err(|e| NodeError::Http {
+                    endpoint: c.http_bind.clone(),
+                    source: e,
+                })?;
+            zper_http::serve(listener, node.clone())
+        };
+        let registrar = runtime.spawn(register(
+            node.clone(),
+            endpoints,
+            Duration::from_millis(c.lease_ms),
+        ));
+        info!(id = c.node_id, http = %http, "cluster member started");
+        Ok(Member {
+            runtime,
+            node,
+            tasks: vec![server, registrar],
+            http,
+        })
+    }
+
+    /// Stops the registrar, the HTTP server and Raft.
+    pub(crate) fn shutdown(self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+        let node = self.node.clone();
+        if let Err(e) = self.runtime.block_on(node.raft.shutdown()) {
+            warn!(error = %e, "raft shutdown");
+        }
+        drop(self.node);
+        self.runtime.shutdown_timeout(Duration::from_secs(2));
+    }
+}
+
+/// Registers this node, then renews its lease every third of it. On the leader, also records
+/// itself as the Dolly leader and moves fragments off nodes whose lease ended.
+async fn register(node: ClusterNode, endpoints: NodeEndpoints, lease: Duration) {
+    let lease_ms = lease.as_millis() as u64;
+    let id = node.id;
+    let mut registered = false;
+    // A new leader waits one lease before expiring anyone: leases may have lapsed during the
+    // election through no fault of their holders.
+    let mut leading_since: Option<tokio::time::Instant> = None;
+    loop {
+        let now = now_ms();
+        let command = if registered {
+            Command::Heartbeat {
+                id,
+                now_ms: now,
+                lease_ms,
+            }
+        } else {
+            Command::RegisterNode {
+                id,
+                endpoints: endpoints.clone(),
+                now_ms: now,
+                lease_ms,
+            }
+        };
+        match node.propose(command).await {
+            Ok(Ok(_)) => registered = true,
+            Ok(Err(MetadataError::UnknownNode(_))) => registered = false,
+            Ok(Err(e)) => warn!(error = %e, "registration refused"),
+            Err(e) => warn!(error = %e, "registration not committed"),
+        }
+        if node.leader() != Some(id) {
+            leading_since = None;
+        } else {
+            let since = *leading_since.get_or_insert_with(tokio::time::Instant::now);
+            let meta = node.state.metadata();
+            if meta.dolly_leader != Some(id) && meta.nodes.contains_key(&id) {
+                let _ = node.propose(Command::SetDollyLeader { id }).await;
+            }
+            let expired = meta.topics.values().flat_map(|t| &t.fragments).any(|f| {
+                meta.nodes
+                    .get(&f.leader)
+                    .is_none_or(|n| n.lease_until_ms <= now)
+            });
+            if expired && since.elapsed() >= lease {
+                let _ = node.propose(Command::ExpireLeases { now_ms: now }).await;
+            }
+        }
+        tokio::time::sleep(lease / 3).await;
+    }
+}
