@@ -67,6 +67,7 @@ impl Member {
             writer: advertise(&zmq.writer, &host),
             reader: advertise(&zmq.reader, &host),
             ack: advertise(&zmq.ack, &host),
+            controller: advertise(&zmq.controller, &host),
             http: http.clone(),
             ..Default::default()
         };
@@ -134,6 +135,11 @@ impl Member {
             tasks: vec![server, registrar],
             http,
         })
+    }
+
+    /// The Raft member (to read metadata and the leader).
+    pub(crate) fn node(&self) -> ClusterNode {
+        self.node.clone()
     }
 
     /// Stops the registrar, the HTTP server and Raft.

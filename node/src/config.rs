@@ -53,6 +53,8 @@ pub struct NodeConfig {
     pub reader_workers: usize,
     /// Ack PUB endpoint (`ack.bind`).
     pub ack_bind: String,
+    /// Controller ROUTER endpoint (`controller.bind`).
+    pub controller_bind: String,
     /// Largest frame accepted from a producer, bytes (`max_message`); also bounds FETCH replies.
     pub max_message: usize,
     /// Writer ROUTER receive high-water mark, messages (`receive_hwm`).
@@ -129,6 +131,7 @@ const KNOWN: &[&str] = &[
     "reader.bind",
     "reader.workers",
     "ack.bind",
+    "controller.bind",
     "node.id",
     "node.name",
     "node.lease_ms",
@@ -146,7 +149,6 @@ const RESERVED: &[&str] = &[
     "retention_hours",
     "relay.bind",
     "relay.poll",
-    "controller.bind",
     "replica.bind",
 ];
 const RESERVED_PREFIXES: &[&str] = &["writer.replica."];
@@ -162,6 +164,7 @@ impl Default for NodeConfig {
             reader_bind: "tcp://*:5556".into(),
             reader_workers: 5,
             ack_bind: "tcp://*:5557".into(),
+            controller_bind: "tcp://*:5558".into(),
             max_message: 8_388_608,
             receive_hwm: 1024,
             receive_buffer: 1_048_576,
@@ -236,6 +239,7 @@ impl NodeConfig {
             ("writer.bind", &mut c.writer_bind),
             ("reader.bind", &mut c.reader_bind),
             ("ack.bind", &mut c.ack_bind),
+            ("controller.bind", &mut c.controller_bind),
         ] {
             if let Some(v) = get(key) {
                 if !valid_endpoint(&v) {

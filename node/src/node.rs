@@ -63,6 +63,8 @@ pub struct Endpoints {
     pub reader: String,
     /// Ack PUB.
     pub ack: String,
+    /// Controller ROUTER.
+    pub controller: String,
     /// HTTP admin (and Raft) address, `host:port`.
     pub http: String,
 }
@@ -143,10 +145,13 @@ impl Node {
                 source,
             })?;
         let p = bind(&ctx, zmq::PUB, &config.ack_bind)?;
+        let c = bind(&ctx, zmq::ROUTER, &config.controller_bind)?;
+        c.set_router_mandatory(true)?;
         let mut endpoints = Endpoints {
             writer: last_endpoint(&w)?,
             reader: last_endpoint(&r)?,
             ack: last_endpoint(&p)?,
+            controller: last_endpoint(&c)?,
             http: String::new(),
         };
         let member = crate::cluster::Member::start(config, &endpoints)?;
@@ -184,6 +189,13 @@ impl Node {
             stop.clone(),
         )?;
         threads.push(reader.front);
+        let (cnode, ccounters, cstop) = (member.node(), counters.clone(), stop.clone());
+        threads.push(
+            std::thread::Builder::new()
+                .name("zper-controller".into())
+                .spawn(move || crate::endpoint::controller::run(c, cnode, ccounters, cstop))
+                .map_err(|_| zmq::Error::EMFILE)?,
+        );
         let (rstore, rstop, every) = (store.clone(), stop.clone(), config.retention_check);
         threads.push(
             std::thread::Builder::new()

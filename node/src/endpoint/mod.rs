@@ -2,6 +2,7 @@
 //! are Send, not Sync) and talks to worker threads through channels and inproc sockets.
 
 pub mod ack;
+pub mod controller;
 pub mod reader;
 pub mod writer;
 

@@ -1,0 +1,72 @@
+//! Controller endpoint (`controller.bind`, default 5558; README's ZPController, issue #3):
+//! `NODES`, `TOPIC <name>`, `LEADER` answered from the applied Raft metadata with the frames of
+//! `zper_wire::controller` (documented in docs/protocol.md). A REQ envelope is echoed; malformed
+//! or unknown commands get `[102]`; replies that cannot be delivered are dropped and counted.
+//! Requests are cheap (an in-memory read), so one thread serves them all.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tracing::{debug, warn};
+use zper_raft::ClusterNode;
+use zper_wire::controller::{ControllerReply, ControllerRequest};
+use zper_wire::Status;
+
+use super::{try_send, POLL_MS};
+use crate::metrics::Counters;
+
+/// Serves the controller ROUTER until `stop` is set.
+pub(crate) fn run(
+    router: zmq::Socket,
+    cluster: ClusterNode,
+    counters: Arc<Counters>,
+    stop: Arc<AtomicBool>,
+) {
+    while !stop.load(Ordering::Relaxed) {
+        match router.poll(zmq::POLLIN, POLL_MS) {
+            Ok(0) => continue,
+            Ok(_) => {}
+            Err(e) => {
+                warn!(error = %e, "controller poll failed");
+                break;
+            }
+        }
+        while let Ok(mut frames) = router.recv_multipart(zmq::DONTWAIT) {
+            if frames.is_empty() {
+                continue;
+            }
+            let routing_id = frames.remove(0);
+            let envelope = frames.len() > 1 && frames[0].is_empty();
+            if envelope {
+                frames.remove(0);
+            }
+            let reply = match ControllerRequest::decode(&frames) {
+                Ok(req) => {
+                    let now = SystemTime::now()
+                        .duration_since(UNIX_EPOCH)
+                        .map_or(0, |d| d.as_millis() as u64);
+                    zper_raft::controller::answer(
+                        &cluster.state.metadata(),
+                        cluster.leader(),
+                        &req,
+                        now,
+                    )
+                }
+                Err(e) => {
+                    debug!(error = %e, "bad controller request");
+                    Counters::add(&counters.bad_requests, 1);
+                    ControllerReply::Status(Status::InvalidCommand)
+                }
+            };
+            let mut out = vec![routing_id];
+            if envelope {
+                out.push(Vec::new());
+            }
+            out.extend(reply.into_frames());
+            if !try_send(&router, out) {
+                Counters::add(&counters.replies_dropped, 1);
+            }
+        }
+    }
+}
