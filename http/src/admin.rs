@@ -26,6 +26,8 @@ pub(crate) fn routes() -> Router<ClusterNode> {
             "/v1/topics/{name}",
             get(topic).post(create_topic).delete(delete_topic),
         )
+        .route("/v1/cluster/nodes", post(add_node))
+        .route("/v1/cluster/nodes/{id}", axum::routing::delete(remove_node))
         .route(PROPOSE_PATH, post(propose_local))
 }
 
@@ -229,4 +231,71 @@ async fn propose_local(
     Json(command): Json<Command>,
 ) -> Json<Result<CommandResult, String>> {
     Json(node.write(command).await.map_err(|e| e.to_string()))
+}
+
+/// Body of `POST /v1/cluster/nodes`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AddNode {
+    id: NodeId,
+    /// The new node's HTTP address, `host:port`.
+    http: String,
+    #[serde(default)]
+    name: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Voters {
+    voters: Vec<NodeId>,
+}
+
+fn voters(node: &ClusterNode) -> Voters {
+    let m = node.raft.metrics().borrow().clone();
+    Voters {
+        voters: m.membership_config.membership().voter_ids().collect(),
+    }
+}
+
+/// Adds a node as learner, then voter (leader only: others answer 503 `not_leader`).
+async fn add_node(
+    State(node): State<ClusterNode>,
+    body: axum::body::Bytes,
+) -> Result<(StatusCode, Json<Voters>), ApiError> {
+    let req: AddNode = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", e.to_string()))?;
+    if req.id == 0 || !req.http.contains(':') {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_argument",
+            "id must be >= 1 and http a host:port",
+        ));
+    }
+    let endpoints = NodeEndpoints {
+        name: req.name.unwrap_or_else(|| format!("node{}", req.id)),
+        http: req.http,
+        ..Default::default()
+    };
+    node.add_voter(req.id, endpoints).await?;
+    Ok((StatusCode::CREATED, Json(voters(&node))))
+}
+
+/// Removes a node from the voters and the metadata (leader only).
+async fn remove_node(
+    State(node): State<ClusterNode>,
+    Path(id): Path<NodeId>,
+) -> Result<StatusCode, ApiError> {
+    if !voters(&node).voters.contains(&id) {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_node",
+            format!("node {id} is not a voter"),
+        ));
+    }
+    // The node may never have registered its metadata: only Raft membership matters here.
+    match node.remove_voter(id, now_ms()).await? {
+        Ok(_) | Err(zper_raft::metadata::MetadataError::UnknownNode(_)) => {
+            Ok(StatusCode::NO_CONTENT)
+        }
+        Err(e) => Err(e.into()),
+    }
 }

@@ -103,3 +103,78 @@ async fn three_members_elect_commit_fail_over_and_catch_up() {
         .all(|t| meta.topics.contains_key(*t)));
     c.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fourth_node_joins_as_learner_then_voter_and_is_removed() {
+    let mut c = Cluster::start(3).await;
+    let leader = c.leader();
+    c.node(leader)
+        .propose(Command::RegisterNode {
+            id: leader,
+            endpoints: c.voters[&leader].clone(),
+            now_ms: 0,
+            lease_ms: u64::MAX / 2,
+        })
+        .await
+        .expect("commits")
+        .expect("registers");
+    let created = c
+        .node(leader)
+        .propose(create("before", 1_000))
+        .await
+        .expect("commits");
+    assert!(matches!(created, Ok(Applied::Topic(_))), "{created:?}");
+    // Node 4 starts with an empty log and is not an initial voter: it waits to be added.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let mut voters = c.voters.clone();
+    voters.insert(4, endpoints(4, &addr));
+    let mut config = zper_raft::ClusterConfig::single(4, voters[&4].clone(), dir.path().to_owned());
+    config.voters = c.voters.clone();
+    let four = zper_raft::ClusterNode::start(&config)
+        .await
+        .expect("starts");
+    let server = zper_http::serve(listener, four.clone());
+
+    let client = reqwest::Client::new();
+    let url = format!("{}/v1/cluster/nodes", c.http(leader));
+    let resp = client
+        .post(&url)
+        .body(format!(r#"{{"id": 4, "http": "{addr}"}}"#))
+        .send()
+        .await
+        .expect("http");
+    assert_eq!(resp.status().as_u16(), 201);
+    let v: serde_json::Value = resp.json().await.expect("json");
+    assert_eq!(v["voters"], serde_json::json!([1, 2, 3, 4]));
+    assert!(eventually(|| four.state.metadata().topics.contains_key("before")).await);
+
+    // Remove it again; removing an unknown node is a 404 with a JSON body.
+    let resp = client
+        .delete(format!("{url}/4"))
+        .send()
+        .await
+        .expect("http");
+    assert_eq!(resp.status().as_u16(), 204);
+    let m = c.node(leader).raft.metrics().borrow().clone();
+    assert_eq!(
+        m.membership_config
+            .membership()
+            .voter_ids()
+            .collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
+    let resp = client
+        .delete(format!("{url}/9"))
+        .send()
+        .await
+        .expect("http");
+    assert_eq!(resp.status().as_u16(), 404);
+    let v: serde_json::Value = resp.json().await.expect("json");
+    assert_eq!(v["code"], serde_json::json!("unknown_node"));
+    server.abort();
+    let _ = four.raft.shutdown().await;
+    c.members.push(None);
+    c.stop().await;
+}

@@ -82,6 +82,17 @@ pub enum ClusterError {
     Write(String),
 }
 
+fn membership_error(e: RaftError<NodeId, ClientWriteError<NodeId, NodeEndpoints>>) -> ClusterError {
+    match e {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => ClusterError::NotLeader {
+            leader: f.leader_id,
+            endpoints: f.leader_node,
+        },
+        RaftError::APIError(e) => ClusterError::Write(e.to_string()),
+        RaftError::Fatal(f) => ClusterError::Fatal(f),
+    }
+}
+
 /// A running Raft member: the openraft handle and its state machine.
 #[derive(Clone)]
 pub struct ClusterNode {
@@ -200,6 +211,45 @@ impl ClusterNode {
             .await
             .map_err(|e| ClusterError::Write(format!("leader reply: {e}")))?;
         result.map_err(ClusterError::Write)
+    }
+
+    /// Adds node `id` as a learner (waiting until it has caught up with the log), then promotes
+    /// it to voter. Must run on the leader.
+    ///
+    /// Errors: `NotLeader` on a follower; `Write` when a membership change is already in
+    /// progress or the learner cannot be reached.
+    pub async fn add_voter(
+        &self,
+        id: NodeId,
+        endpoints: NodeEndpoints,
+    ) -> Result<(), ClusterError> {
+        self.raft
+            .add_learner(id, endpoints, true)
+            .await
+            .map_err(membership_error)?;
+        self.raft
+            .change_membership(openraft::ChangeMembers::AddVoterIds([id].into()), false)
+            .await
+            .map_err(membership_error)?;
+        info!(id, "node added as voter");
+        Ok(())
+    }
+
+    /// Removes node `id` from the voters and learners, then from the metadata (its fragments
+    /// fail over). Must run on the leader.
+    ///
+    /// Errors: as [`ClusterNode::add_voter`].
+    pub async fn remove_voter(
+        &self,
+        id: NodeId,
+        now_ms: u64,
+    ) -> Result<CommandResult, ClusterError> {
+        self.raft
+            .change_membership(openraft::ChangeMembers::RemoveVoters([id].into()), false)
+            .await
+            .map_err(membership_error)?;
+        info!(id, "node removed from the voters");
+        self.write(Command::RemoveNode { id, now_ms }).await
     }
 
     /// The current leader, if known.
