@@ -5,22 +5,48 @@
 
 mod admin;
 mod error;
+pub mod metrics;
 mod raft_rpc;
 
 pub use error::ApiError;
 
 use axum::Router;
+use prometheus::Registry;
 use zper_raft::ClusterNode;
 
-/// The router of a node's HTTP server.
+/// The router of a node's HTTP server, with `/metrics` serving only the Raft gauges.
 pub fn router(node: ClusterNode) -> Router {
-    raft_rpc::routes().merge(admin::routes()).with_state(node)
+    router_with_metrics(node, Registry::new())
+}
+
+/// The router with `/metrics` serving `registry` (the node's own collectors) plus the Raft
+/// gauges of [`metrics::RaftCollector`].
+pub fn router_with_metrics(node: ClusterNode, registry: Registry) -> Router {
+    match metrics::RaftCollector::new(node.clone()) {
+        Ok(c) => {
+            if let Err(e) = registry.register(Box::new(c)) {
+                tracing::warn!(error = %e, "raft metrics not registered");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "raft metrics unavailable"),
+    }
+    let metrics = Router::new()
+        .route("/metrics", axum::routing::get(metrics::metrics))
+        .with_state(registry);
+    raft_rpc::routes()
+        .merge(admin::routes())
+        .with_state(node)
+        .merge(metrics)
 }
 
 /// Serves [`router`] on an already bound listener (bind first, so the address can be
 /// advertised in the Raft membership before Raft starts) until the returned task is aborted.
 pub fn serve(listener: tokio::net::TcpListener, node: ClusterNode) -> tokio::task::JoinHandle<()> {
-    let app = router(node);
+    serve_router(listener, router(node))
+}
+
+/// Serves any router (for example [`router_with_metrics`]) on a bound listener.
+pub fn serve_router(listener: tokio::net::TcpListener, app: Router) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(error = %e, "http server stopped");

@@ -40,7 +40,11 @@ fn advertise(endpoint: &str, host: &str) -> String {
 impl Member {
     /// Binds the HTTP address, starts Raft (initializing the group if this is a fresh initial
     /// voter) and the registrar.
-    pub(crate) fn start(config: &NodeConfig, zmq: &Endpoints) -> Result<Member, NodeError> {
+    pub(crate) fn start(
+        config: &NodeConfig,
+        zmq: &Endpoints,
+        counters: std::sync::Arc<crate::metrics::Counters>,
+    ) -> Result<Member, NodeError> {
         let c = &config.cluster;
         let listener = TcpListener::bind(&c.http_bind).map_err(|e| NodeError::Http {
             endpoint: c.http_bind.clone(),
@@ -121,7 +125,19 @@ impl Member {
                     endpoint: c.http_bind.clone(),
                     source: e,
                 })?;
-            zper_http::serve(listener, node.clone())
+            let registry = prometheus::Registry::new();
+            match crate::metrics::CountersCollector::new(counters) {
+                Ok(c) => {
+                    if let Err(e) = registry.register(Box::new(c)) {
+                        warn!(error = %e, "node metrics not registered");
+                    }
+                }
+                Err(e) => warn!(error = %e, "node metrics unavailable"),
+            }
+            zper_http::serve_router(
+                listener,
+                zper_http::router_with_metrics(node.clone(), registry),
+            )
         };
         let registrar = runtime.spawn(register(
             node.clone(),

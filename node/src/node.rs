@@ -154,7 +154,7 @@ impl Node {
             controller: last_endpoint(&c)?,
             http: String::new(),
         };
-        let member = crate::cluster::Member::start(config, &endpoints)?;
+        let member = crate::cluster::Member::start(config, &endpoints, counters.clone())?;
         endpoints.http = member.http.clone();
 
         let (notice_tx, notice_rx) = crossbeam_channel::unbounded();

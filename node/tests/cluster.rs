@@ -119,3 +119,38 @@ fn three_processes_elect_survive_sigkill_of_the_leader_and_catch_up() {
         );
     }
 }
+
+fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+#[test]
+fn metrics_export_data_path_counters_and_raft_gauges_in_prometheus_text() {
+    let n = TestNode::start();
+    let admin = n.node().endpoints().http.clone();
+    let s = n.writer_client(zmq::DEALER, "metered", 1);
+    s.send_multipart([&b"id"[..], b"body"], 0).expect("send");
+    assert_eq!(s.recv_bytes(0).expect("ack"), b"id");
+    let bad = client(&n.ctx, zmq::DEALER, &[0, 0, 0], &n.writer);
+    bad.send("x", 0).expect("send");
+    assert!(eventually(|| {
+        let text = http("GET", &admin, "/metrics", None)
+            .map(|(_, b)| b)
+            .unwrap_or_default();
+        metric(&text, r#"zper_rejected_total{reason="invalid_identity"}"#) == Some(1.0)
+    }));
+    let (status, text) = http("GET", &admin, "/metrics", None).expect("metrics");
+    assert_eq!(status, 200);
+    assert_eq!(metric(&text, "zper_messages_written_total"), Some(1.0));
+    assert_eq!(metric(&text, "zper_bytes_written_total"), Some(10.0));
+    assert_eq!(metric(&text, "zper_acks_sent_total"), Some(1.0));
+    assert_eq!(metric(&text, "zper_raft_leader_id"), Some(1.0));
+    assert_eq!(metric(&text, "zper_raft_voters"), Some(1.0));
+    assert!(
+        metric(&text, "zper_raft_term").is_some_and(|t| t >= 1.0),
+        "{text}"
+    );
+}
