@@ -24,6 +24,10 @@ fn main() {
         Some(Command::Produce(a)) => Targets::from_config(config).and_then(|t| produce::run(a, &t)),
         Some(Command::Consume(a)) => Targets::from_config(config).and_then(|t| consume::run(a, &t)),
         Some(Command::Perf(p)) => Targets::from_config(config).and_then(|t| perf::run(p, &t)),
+        Some(Command::Topics { command, target }) => Targets::from_config(config)
+            .and_then(|t| zper::cli::admin::topics(command, &target, &t.admin)),
+        Some(Command::Cluster { command, target }) => Targets::from_config(config)
+            .and_then(|t| zper::cli::admin::cluster(command, &target, &t.admin)),
     };
     if let Err(e) = result {
         eprintln!("zper: {}", error_chain(&e));

@@ -196,3 +196,61 @@ fn cli_tools_connect_to_the_endpoints_of_config() {
     let o = zper(&["consume", "--config", c, "-t", "viaconf"]);
     assert_eq!(stdout(&o), "0\thi\n");
 }
+
+#[test]
+fn topics_and_cluster_commands_use_the_admin_api() {
+    let n = TestNode::start();
+    let admin = n.node().endpoints().http.clone();
+    assert!(eventually(|| {
+        let o = zper(&["cluster", "status", "--admin", &admin, "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+        v["brokers"].as_array().is_some_and(|b| b.len() == 1)
+    }));
+    let o = zper(&[
+        "topics",
+        "create",
+        "orders",
+        "--fragments",
+        "2",
+        "--admin",
+        &admin,
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(stdout(&o), "created orders\n");
+    let o = zper(&["topics", "list", "--admin", &admin, "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v[0]["name"], serde_json::json!("orders"));
+    let o = zper(&["topics", "describe", "orders", "--admin", &admin]);
+    let table = stdout(&o);
+    assert!(table.starts_with("FRAGMENT"), "{table}");
+    assert_eq!(table.lines().count(), 3, "{table}");
+    let o = zper(&["cluster", "status", "--admin", &admin]);
+    assert!(stdout(&o).contains("leader 1"), "{}", stdout(&o));
+    // Errors print the API's code and exit 1.
+    let o = zper(&["topics", "create", "orders", "--admin", &admin]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("topic_exists"),
+        "{o:?}"
+    );
+    let o = zper(&["topics", "create", "bad-name", "--admin", &admin]);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("invalid_name"),
+        "{o:?}"
+    );
+    let o = zper(&["topics", "delete", "orders", "--admin", &admin]);
+    assert!(o.status.success(), "{o:?}");
+    let o = zper(&["topics", "list", "--admin", &admin, "--json"]);
+    assert_eq!(stdout(&o).trim(), "[]");
+    let o = zper(&[
+        "topics",
+        "list",
+        "--admin",
+        &format!("127.0.0.1:{}", free_port()),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("not reachable"),
+        "{o:?}"
+    );
+}

@@ -36,6 +36,8 @@ pub struct Targets {
     pub writer: String,
     /// Reader endpoint.
     pub reader: String,
+    /// HTTP admin address, `host:port`.
+    pub admin: String,
 }
 
 impl Targets {
@@ -45,12 +47,18 @@ impl Targets {
             None => Ok(Targets {
                 writer: "tcp://127.0.0.1:5555".into(),
                 reader: "tcp://127.0.0.1:5556".into(),
+                admin: "127.0.0.1:9644".into(),
             }),
             Some(path) => {
                 let c = crate::NodeConfig::from_file(path)?;
                 Ok(Targets {
                     writer: connectable(&c.writer_bind),
                     reader: connectable(&c.reader_bind),
+                    admin: c
+                        .cluster
+                        .http_advertise
+                        .clone()
+                        .unwrap_or_else(|| c.cluster.http_bind.replace("0.0.0.0:", "127.0.0.1:")),
                 })
             }
         }

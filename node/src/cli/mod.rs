@@ -1,6 +1,7 @@
 //! The `zper` command line: run a node (default), produce, consume, and perf tools in the spirit
 //! of ZPER's ProducerPerformance/ConsumerPerformance (spec `zper.md` §10).
 
+pub mod admin;
 pub mod client;
 pub mod consume;
 pub mod perf;
@@ -34,4 +35,22 @@ pub enum Command {
     /// Measure throughput and latency against a running node.
     #[command(subcommand)]
     Perf(perf::PerfCommand),
+    /// Topics through the HTTP admin API: list, create, describe, delete.
+    Topics {
+        /// What to do.
+        #[command(subcommand)]
+        command: admin::TopicsCommand,
+        /// Admin address and output format.
+        #[command(flatten)]
+        target: admin::AdminTarget,
+    },
+    /// The cluster through the HTTP admin API: status, add-node, remove-node.
+    Cluster {
+        /// What to do.
+        #[command(subcommand)]
+        command: admin::ClusterCommand,
+        /// Admin address and output format.
+        #[command(flatten)]
+        target: admin::AdminTarget,
+    },
 }
