@@ -20,6 +20,7 @@ pub(crate) fn routes() -> Router<ClusterNode> {
     Router::new()
         .route("/v1/status/ready", get(ready))
         .route("/v1/raft", get(raft_state))
+        .route("/v1/cluster/health", get(health))
         .route("/v1/brokers", get(brokers))
         .route("/v1/topics", get(topics))
         .route(
@@ -298,4 +299,47 @@ async fn remove_node(
         }
         Err(e) => Err(e.into()),
     }
+}
+
+#[derive(Serialize)]
+struct Health {
+    healthy: bool,
+    problems: Vec<String>,
+}
+
+/// 200 when a Raft leader is known, every node's lease is current and every fragment is led by
+/// a live node; otherwise 503 with the list of what is wrong.
+async fn health(State(node): State<ClusterNode>) -> (StatusCode, Json<Health>) {
+    let now = now_ms();
+    let meta = node.state.metadata();
+    let mut problems = Vec::new();
+    if node.leader().is_none() {
+        problems.push("no Raft leader".to_owned());
+    }
+    for (id, n) in &meta.nodes {
+        if n.lease_until_ms <= now {
+            problems.push(format!("node {id} lease expired"));
+        }
+    }
+    for (name, t) in &meta.topics {
+        for f in &t.fragments {
+            let live = meta
+                .nodes
+                .get(&f.leader)
+                .is_some_and(|n| n.lease_until_ms > now);
+            if !live {
+                problems.push(format!(
+                    "{name}/{} led by node {} which is not live",
+                    f.id, f.leader
+                ));
+            }
+        }
+    }
+    let healthy = problems.is_empty();
+    let status = if healthy {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(Health { healthy, problems }))
 }

@@ -40,6 +40,14 @@ async fn admin_routes_answer_json_and_errors_have_code_and_message() {
     assert!(eventually(|| c.converged()).await);
     let f = c.http(follower);
 
+    // Healthy: leader known, every lease current.
+    let (s, v) = call(
+        reqwest::Method::GET,
+        &format!("{f}/v1/cluster/health"),
+        None,
+    )
+    .await;
+    assert_eq!((s, v["healthy"].clone()), (200, json!(true)), "{v}");
     // Ready and raft state.
     let (s, v) = call(reqwest::Method::GET, &format!("{f}/v1/status/ready"), None).await;
     assert_eq!((s, v["ready"].clone()), (200, json!(true)), "{v}");
@@ -153,6 +161,26 @@ async fn admin_routes_answer_json_and_errors_have_code_and_message() {
     )
     .await;
     assert_eq!(s, 200);
+    // A node whose lease ended makes the cluster unhealthy, naming it.
+    c.node(leader)
+        .propose(Command::RegisterNode {
+            id: 9,
+            endpoints: c.voters[&1].clone(),
+            now_ms: 0,
+            lease_ms: 1,
+        })
+        .await
+        .expect("commits")
+        .expect("registers");
+    assert!(eventually(|| c.converged()).await);
+    let (s, v) = call(
+        reqwest::Method::GET,
+        &format!("{f}/v1/cluster/health"),
+        None,
+    )
+    .await;
+    assert_eq!(s, 503, "{v}");
+    assert_eq!(v["problems"], json!(["node 9 lease expired"]));
     // Delete.
     let (s, _) = call(
         reqwest::Method::DELETE,
