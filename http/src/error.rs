@@ -35,7 +35,8 @@ impl IntoResponse for ApiError {
 }
 
 impl ApiError {
-    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    /// An error with `status`, a stable `code` and a message.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         ApiError {
             status,
             code,
@@ -63,6 +64,7 @@ impl From<ClusterError> for ApiError {
         let (status, code) = match &e {
             ClusterError::NotLeader { .. } => (StatusCode::SERVICE_UNAVAILABLE, "not_leader"),
             ClusterError::Write(_) => (StatusCode::SERVICE_UNAVAILABLE, "write_failed"),
+            ClusterError::Unreachable { .. } => (StatusCode::BAD_REQUEST, "node_unreachable"),
             _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         };
         ApiError::new(status, code, e.to_string())

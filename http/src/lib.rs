@@ -37,6 +37,20 @@ pub fn router_with_metrics(node: ClusterNode, registry: Registry) -> Router {
         .merge(admin::routes())
         .with_state(node)
         .merge(metrics)
+        .fallback(|| async {
+            ApiError::new(
+                axum::http::StatusCode::NOT_FOUND,
+                "not_found",
+                "no such route",
+            )
+        })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                axum::http::StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "this route does not take that method",
+            )
+        })
 }
 
 /// Serves [`router`] on an already bound listener (bind first, so the address can be

@@ -147,6 +147,21 @@ async fn admin_routes_answer_json_and_errors_have_code_and_message() {
             503,
             "not_leader",
         ),
+        (reqwest::Method::GET, "/v1/nothing", None, 404, "not_found"),
+        (
+            reqwest::Method::PUT,
+            "/v1/topics",
+            None,
+            405,
+            "method_not_allowed",
+        ),
+        (
+            reqwest::Method::POST,
+            "/v1/topics/x",
+            Some(r#"{"replication_factor": 0}"#),
+            400,
+            "invalid_argument",
+        ),
     ] {
         let (s, v) = call(method.clone(), &format!("{f}{path}"), body).await;
         assert_eq!(s, status, "{method} {path}: {v}");

@@ -139,6 +139,35 @@ async fn a_fourth_node_joins_as_learner_then_voter_and_is_removed() {
 
     let client = reqwest::Client::new();
     let url = format!("{}/v1/cluster/nodes", c.http(leader));
+    // A node that does not exist, or answers with another id, is refused and changes nothing.
+    for (body, why) in [
+        (
+            r#"{"id": 5, "http": "127.0.0.1:1"}"#.to_owned(),
+            "no node there",
+        ),
+        (
+            format!(r#"{{"id": 7, "http": "{addr}"}}"#),
+            "node 4 is there, not 7",
+        ),
+    ] {
+        let resp = client.post(&url).body(body).send().await.expect("http");
+        assert_eq!(resp.status().as_u16(), 400, "{why}");
+        let v: serde_json::Value = resp.json().await.expect("json");
+        assert_eq!(
+            v["code"],
+            serde_json::json!("node_unreachable"),
+            "{why}: {v}"
+        );
+    }
+    let m = c.node(leader).raft.metrics().borrow().clone();
+    assert_eq!(
+        m.membership_config
+            .membership()
+            .voter_ids()
+            .collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
+    assert_eq!(m.membership_config.membership().learner_ids().count(), 0);
     let resp = client
         .post(&url)
         .body(format!(r#"{{"id": 4, "http": "{addr}"}}"#))

@@ -19,6 +19,10 @@ use crate::{NodeEndpoints, NodeId, StateMachineStore, TypeConfig};
 
 /// Longest wait for a forwarded proposal.
 pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest wait for a local proposal to commit (it may still commit later).
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest wait for a new learner to replicate the log before it is promoted.
+pub const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Raft settings of one node.
 #[derive(Debug, Clone)]
@@ -70,16 +74,24 @@ pub enum ClusterError {
     #[error("initialize: {0}")]
     Initialize(String),
     /// This node is not the leader; the leader is `leader` (if known), at `endpoints`.
-    #[error("not the leader; the leader is {leader:?}")]
+    #[error("not the leader; the leader is {}", leader.map_or("unknown (election in progress)".to_owned(), |l| format!("node {l}")))]
     NotLeader {
         /// Leader id, if known.
         leader: Option<NodeId>,
         /// Leader endpoints, if known.
         endpoints: Option<NodeEndpoints>,
     },
-    /// The write did not commit (membership change in progress, or similar).
+    /// The write did not commit (membership change in progress, timeout, or similar).
     #[error("write failed: {0}")]
     Write(String),
+    /// A node to be added does not answer as the expected zper node.
+    #[error("node {id} unreachable: {why}")]
+    Unreachable {
+        /// The node id.
+        id: NodeId,
+        /// What the probe found.
+        why: String,
+    },
 }
 
 fn membership_error(e: RaftError<NodeId, ClientWriteError<NodeId, NodeEndpoints>>) -> ClusterError {
@@ -152,7 +164,15 @@ impl ClusterNode {
     /// Errors: `NotLeader` with the leader's id and endpoints; `Write` when the entry cannot
     /// commit; `Fatal` when Raft stopped.
     pub async fn write(&self, command: Command) -> Result<CommandResult, ClusterError> {
-        match self.raft.client_write(command).await {
+        let written = tokio::time::timeout(WRITE_TIMEOUT, self.raft.client_write(command))
+            .await
+            .map_err(|_| {
+                ClusterError::Write(format!(
+                    "not committed within {} s (no quorum?); it may still commit later",
+                    WRITE_TIMEOUT.as_secs()
+                ))
+            })?;
+        match written {
             Ok(resp) => Ok(resp.data),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
                 Err(ClusterError::NotLeader {
@@ -213,26 +233,96 @@ impl ClusterNode {
         result.map_err(ClusterError::Write)
     }
 
-    /// Adds node `id` as a learner (waiting until it has caught up with the log), then promotes
-    /// it to voter. Must run on the leader.
+    /// Adds node `id` as a learner, waits (at most `CATCH_UP_TIMEOUT`) until it has replicated
+    /// the whole log, then promotes it to voter. Before touching the membership it checks that
+    /// a zper node with that id answers at `endpoints.http`, so a typo never makes a dead voter.
+    /// Must run on the leader.
     ///
-    /// Errors: `NotLeader` on a follower; `Write` when a membership change is already in
-    /// progress or the learner cannot be reached.
+    /// Errors: `Unreachable` when no such node answers (membership unchanged); `Write` when the
+    /// learner does not catch up in time (it is removed again) or a membership change is
+    /// already in progress; `NotLeader` on a follower.
     pub async fn add_voter(
         &self,
         id: NodeId,
         endpoints: NodeEndpoints,
     ) -> Result<(), ClusterError> {
+        if self.leader() != Some(self.id) {
+            let leader = self.leader();
+            let endpoints = leader.and_then(|l| {
+                self.raft
+                    .metrics()
+                    .borrow()
+                    .membership_config
+                    .membership()
+                    .get_node(&l)
+                    .cloned()
+            });
+            return Err(ClusterError::NotLeader { leader, endpoints });
+        }
+        self.probe(id, &endpoints.http).await?;
         self.raft
-            .add_learner(id, endpoints, true)
+            .add_learner(id, endpoints, false)
             .await
             .map_err(membership_error)?;
+        let target = self.raft.metrics().borrow().last_log_index.unwrap_or(0);
+        let mut rx = self.raft.metrics();
+        let caught_up = tokio::time::timeout(CATCH_UP_TIMEOUT, async {
+            loop {
+                let matched = rx
+                    .borrow()
+                    .replication
+                    .as_ref()
+                    .and_then(|r| r.get(&id).cloned().flatten())
+                    .map(|l| l.index);
+                if matched.is_some_and(|m| m >= target) {
+                    return;
+                }
+                if rx.changed().await.is_err() {
+                    return;
+                }
+            }
+        })
+        .await;
+        if caught_up.is_err() {
+            let _ = self
+                .raft
+                .change_membership(openraft::ChangeMembers::RemoveNodes([id].into()), false)
+                .await;
+            return Err(ClusterError::Write(format!(
+                "node {id} did not catch up within {} s; not added",
+                CATCH_UP_TIMEOUT.as_secs()
+            )));
+        }
         self.raft
             .change_membership(openraft::ChangeMembers::AddVoterIds([id].into()), false)
             .await
             .map_err(membership_error)?;
         info!(id, "node added as voter");
         Ok(())
+    }
+
+    /// Checks that the node at `http` answers and is node `id`.
+    async fn probe(&self, id: NodeId, http: &str) -> Result<(), ClusterError> {
+        let url = format!("http://{http}{}", crate::network::RAFT_STATE_PATH);
+        let unreachable = |why: String| ClusterError::Unreachable { id, why };
+        let resp = self
+            .http
+            .get(&url)
+            .timeout(Duration::from_secs(2))
+            .send()
+            .await
+            .map_err(|e| unreachable(format!("no zper node answers at {http}: {e}")))?;
+        let state: serde_json::Value = resp
+            .json()
+            .await
+            .map_err(|e| unreachable(format!("{http} is not a zper admin API: {e}")))?;
+        match state["id"].as_u64() {
+            Some(found) if found == id => Ok(()),
+            found => Err(unreachable(format!(
+                "the node at {http} has id {}, not {id}",
+                found.map_or("unknown".into(), |f| f.to_string())
+            ))),
+        }
     }
 
     /// Removes node `id` from the voters and learners, then from the metadata (its fragments

@@ -23,6 +23,9 @@ pub const APPEND_PATH: &str = "/raft/append";
 pub const VOTE_PATH: &str = "/raft/vote";
 /// Path of the InstallSnapshot RPC.
 pub const SNAPSHOT_PATH: &str = "/raft/snapshot";
+/// Path of a node's Raft state (served by `zper-http`); `add_voter` probes it to check that the
+/// node being added runs and has the expected id.
+pub const RAFT_STATE_PATH: &str = "/v1/raft";
 /// Path where a follower forwards a metadata command to the leader: JSON [`crate::metadata::Command`]
 /// in, JSON `Result<CommandResult, String>` out.
 pub const PROPOSE_PATH: &str = "/v1/internal/propose";

@@ -74,6 +74,11 @@ impl Metadata {
                         "fragments must be 1..={MAX_FRAGMENTS}, not {fragments}"
                     )));
                 }
+                if *replication_factor == Some(0) {
+                    return Err(MetadataError::InvalidArgument(
+                        "replication_factor must be at least 1".into(),
+                    ));
+                }
                 let rf = replication_factor.unwrap_or_else(|| live.len().min(3) as u32);
                 if rf == 0 || rf as usize > live.len() {
                     return Err(MetadataError::NotEnoughNodes {
