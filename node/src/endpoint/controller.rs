@@ -32,16 +32,11 @@ pub(crate) fn run(
                 break;
             }
         }
-        while let Ok(mut frames) = router.recv_multipart(zmq::DONTWAIT) {
-            if frames.is_empty() {
+        while let Ok(frames) = router.recv_multipart(zmq::DONTWAIT) {
+            let Some(req) = super::Request::split(frames) else {
                 continue;
-            }
-            let routing_id = frames.remove(0);
-            let envelope = frames.len() > 1 && frames[0].is_empty();
-            if envelope {
-                frames.remove(0);
-            }
-            let reply = match ControllerRequest::decode(&frames) {
+            };
+            let reply = match ControllerRequest::decode(&req.frames) {
                 Ok(req) => {
                     let now = SystemTime::now()
                         .duration_since(UNIX_EPOCH)
@@ -59,11 +54,7 @@ pub(crate) fn run(
                     ControllerReply::Status(Status::InvalidCommand)
                 }
             };
-            let mut out = vec![routing_id];
-            if envelope {
-                out.push(Vec::new());
-            }
-            out.extend(reply.into_frames());
+            let out = req.reply(reply.into_frames());
             if !try_send(&router, out) {
                 Counters::add(&counters.replies_dropped, 1);
             }

@@ -15,6 +15,44 @@ pub(crate) fn try_send(socket: &zmq::Socket, frames: Vec<Vec<u8>>) -> bool {
     socket.send_multipart(frames, zmq::DONTWAIT).is_ok()
 }
 
+/// A request as a ROUTER delivers it, split into the routing id, whether it came in a REQ
+/// envelope (an empty first frame followed by the request), and the request frames.
+pub(crate) struct Request {
+    pub(crate) routing_id: Vec<u8>,
+    pub(crate) envelope: bool,
+    pub(crate) frames: Vec<Vec<u8>>,
+}
+
+impl Request {
+    /// Splits `[routing id][empty]?[frames]...`; None for a message without a routing id.
+    pub(crate) fn split(mut frames: Vec<Vec<u8>>) -> Option<Request> {
+        if frames.is_empty() {
+            return None;
+        }
+        let routing_id = frames.remove(0);
+        let envelope = frames.len() > 1 && frames[0].is_empty();
+        if envelope {
+            frames.remove(0);
+        }
+        Some(Request {
+            routing_id,
+            envelope,
+            frames,
+        })
+    }
+
+    /// The reply message: routing id, the envelope if the request had one, then `reply`.
+    pub(crate) fn reply(self, reply: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+        let mut out = Vec::with_capacity(reply.len() + 2);
+        out.push(self.routing_id);
+        if self.envelope {
+            out.push(Vec::new());
+        }
+        out.extend(reply);
+        out
+    }
+}
+
 /// Replies from worker threads to an endpoint's front thread: the front's PULL (bound to a fresh
 /// inproc address) and `workers` PUSH sockets connected to it, one per worker. Unlimited HWM, so
 /// a worker never blocks on a reply.

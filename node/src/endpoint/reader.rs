@@ -110,26 +110,15 @@ fn work(
     cap: u64,
     counters: Arc<Counters>,
 ) {
-    for mut frames in rx {
-        if frames.is_empty() {
+    for frames in rx {
+        let Some(req) = super::Request::split(frames) else {
             continue;
-        }
-        let routing_id = frames.remove(0);
-        // REQ envelope: an empty first frame followed by the request; echoed in the reply.
-        let envelope = frames.len() > 1 && frames[0].is_empty();
-        if envelope {
-            frames.remove(0);
-        }
-        let reply = handle(&store, &routing_id, &frames, cap);
+        };
+        let reply = handle(&store, &req.routing_id, &req.frames, cap);
         if matches!(reply, ReaderReply::Status(Status::InvalidCommand)) {
             Counters::add(&counters.bad_requests, 1);
         }
-        let mut out = Vec::with_capacity(4);
-        out.push(routing_id);
-        if envelope {
-            out.push(Vec::new());
-        }
-        out.extend(reply.into_frames());
+        let out = req.reply(reply.into_frames());
         if push.send_multipart(out, 0).is_err() {
             Counters::add(&counters.replies_dropped, 1);
         }
