@@ -9,6 +9,7 @@ set -euo pipefail
 N=${N:-1000000}
 REQ_CLIENTS=${REQ_CLIENTS:-64}
 cd "$(dirname "$0")/.."
+# The first release build compiles RocksDB's C++ (15+ minutes on 2 cores).
 cargo build --release -q -p zper
 Z=target/release/zper
 dir=$(mktemp -d)
@@ -18,6 +19,8 @@ base_dir = $dir/data
 writer.bind = tcp://127.0.0.1:25555
 reader.bind = tcp://127.0.0.1:25556
 ack.bind = tcp://127.0.0.1:25557
+controller.bind = tcp://127.0.0.1:25558
+http.bind = 127.0.0.1:25644
 flush_messages = 1000
 flush_interval = 1000
 CONF
