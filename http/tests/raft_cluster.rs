@@ -159,15 +159,7 @@ async fn a_fourth_node_joins_as_learner_then_voter_and_is_removed() {
             "{why}: {v}"
         );
     }
-    let m = c.node(leader).raft.metrics().borrow().clone();
-    assert_eq!(
-        m.membership_config
-            .membership()
-            .voter_ids()
-            .collect::<Vec<_>>(),
-        vec![1, 2, 3]
-    );
-    assert_eq!(m.membership_config.membership().learner_ids().count(), 0);
+    assert_eq!(c.membership(leader), (vec![1, 2, 3], vec![]));
     let resp = client
         .post(&url)
         .body(format!(r#"{{"id": 4, "http": "{addr}"}}"#))
@@ -186,14 +178,7 @@ async fn a_fourth_node_joins_as_learner_then_voter_and_is_removed() {
         .await
         .expect("http");
     assert_eq!(resp.status().as_u16(), 204);
-    let m = c.node(leader).raft.metrics().borrow().clone();
-    assert_eq!(
-        m.membership_config
-            .membership()
-            .voter_ids()
-            .collect::<Vec<_>>(),
-        vec![1, 2, 3]
-    );
+    assert_eq!(c.membership(leader).0, vec![1, 2, 3]);
     let resp = client
         .delete(format!("{url}/9"))
         .send()

@@ -104,6 +104,16 @@ impl Cluster {
             .expect("a follower")
     }
 
+    /// Voter and learner ids in `id`'s current membership.
+    pub fn membership(&self, id: NodeId) -> (Vec<NodeId>, Vec<NodeId>) {
+        let m = self.node(id).raft.metrics().borrow().clone();
+        let members = m.membership_config.membership();
+        (
+            members.voter_ids().collect(),
+            members.learner_ids().collect(),
+        )
+    }
+
     pub fn http(&self, id: NodeId) -> String {
         format!("http://{}", self.voters[&id].http)
     }
