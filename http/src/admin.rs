@@ -57,16 +57,19 @@ async fn read_check(node: &ClusterNode, mode: &ReadMode) -> Result<(), ApiError>
 #[derive(Serialize)]
 struct Ready {
     ready: bool,
+    member: bool,
     leader: Option<NodeId>,
     last_log_index: Option<u64>,
     last_applied: Option<u64>,
 }
 
-/// 200 when a leader is known and everything in this node's log is applied; else 503.
+/// 200 when this node is a member (voter or learner), a leader is known and everything in
+/// this node's log is applied; else 503.
 async fn ready(State(node): State<ClusterNode>) -> (StatusCode, Json<Ready>) {
     let m = node.raft.metrics().borrow().clone();
     let applied = m.last_applied.map(|l| l.index);
-    let ok = m.current_leader.is_some() && applied == m.last_log_index;
+    let member = m.membership_config.membership().get_node(&m.id).is_some();
+    let ok = member && m.current_leader.is_some() && applied == m.last_log_index;
     let status = if ok {
         StatusCode::OK
     } else {
@@ -76,6 +79,7 @@ async fn ready(State(node): State<ClusterNode>) -> (StatusCode, Json<Ready>) {
         status,
         Json(Ready {
             ready: ok,
+            member,
             leader: m.current_leader,
             last_log_index: m.last_log_index,
             last_applied: applied,

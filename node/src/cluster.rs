@@ -173,7 +173,8 @@ impl Member {
 }
 
 /// Registers this node, then renews its lease every third of it. On the leader, also records
-/// itself as the Dolly leader and moves fragments off nodes whose lease ended.
+/// itself as the Dolly leader and re-runs placement (`ExpireLeases`) when a node whose lease
+/// ended still leads a fragment or is in its ISR.
 async fn register(node: ClusterNode, endpoints: NodeEndpoints, lease: Duration) {
     let lease_ms = lease.as_millis() as u64;
     let id = node.id;
@@ -182,6 +183,22 @@ async fn register(node: ClusterNode, endpoints: NodeEndpoints, lease: Duration) 
     // election through no fault of their holders.
     let mut leading_since: Option<tokio::time::Instant> = None;
     loop {
+        // Only members register: a node not yet added, or removed, stays out of the metadata
+        // (a removed node would otherwise re-register itself at its next heartbeat).
+        let member = node
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .get_node(&id)
+            .is_some();
+        if !member {
+            registered = false;
+            leading_since = None;
+            tokio::time::sleep(lease / 3).await;
+            continue;
+        }
         let now = now_ms();
         let command = if registered {
             Command::Heartbeat {
@@ -211,13 +228,15 @@ async fn register(node: ClusterNode, endpoints: NodeEndpoints, lease: Duration) 
             if meta.dolly_leader != Some(id) && meta.nodes.contains_key(&id) {
                 let _ = node.propose(Command::SetDollyLeader { id }).await;
             }
-            let expired = meta.topics.values().flat_map(|t| &t.fragments).any(|f| {
-                meta.nodes
-                    .get(&f.leader)
-                    .is_none_or(|n| n.lease_until_ms <= now)
-            });
+            // Re-run placement when it would change something (a node whose lease ended still
+            // leads or is in sync): apply is deterministic, so a dry run on a copy tells.
+            let command = Command::ExpireLeases { now_ms: now };
+            let expired = !matches!(
+                meta.clone().apply(&command),
+                Ok(zper_raft::metadata::Applied::Placement(ref c)) if c.is_empty()
+            );
             if expired && since.elapsed() >= lease {
-                let _ = node.propose(Command::ExpireLeases { now_ms: now }).await;
+                let _ = node.propose(command).await;
             }
         }
         tokio::time::sleep(lease / 3).await;

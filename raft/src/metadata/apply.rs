@@ -2,9 +2,8 @@
 
 use zper_wire::validate_topic;
 
-use super::placement::place;
+use super::placement::{place, rebalance, PlacementChange, PlacementReason};
 use super::{Applied, Command, CommandResult, Metadata, MetadataError, NodeRecord, TopicRecord};
-use crate::NodeId;
 
 /// Default retention when a topic is created without one, hours.
 pub const DEFAULT_RETAIN_HOURS: u32 = 168;
@@ -28,7 +27,10 @@ impl Metadata {
                         lease_until_ms: now_ms.saturating_add(*lease_ms),
                     },
                 );
-                Ok(Applied::Done)
+                Ok(Applied::Placement(self.rerun_placement(
+                    *now_ms,
+                    PlacementReason::NodeJoined(*id),
+                )))
             }
             Command::Heartbeat {
                 id,
@@ -42,7 +44,9 @@ impl Metadata {
                 node.lease_until_ms = node.lease_until_ms.max(now_ms.saturating_add(*lease_ms));
                 Ok(Applied::Done)
             }
-            Command::ExpireLeases { now_ms } => Ok(Applied::LeadersMoved(self.fail_over(*now_ms))),
+            Command::ExpireLeases { now_ms } => Ok(Applied::Placement(
+                self.rerun_placement(*now_ms, PlacementReason::LeasesExpired),
+            )),
             Command::RemoveNode { id, now_ms } => {
                 if self.nodes.remove(id).is_none() {
                     return Err(MetadataError::UnknownNode(*id));
@@ -50,7 +54,10 @@ impl Metadata {
                 if self.dolly_leader == Some(*id) {
                     self.dolly_leader = None;
                 }
-                Ok(Applied::LeadersMoved(self.fail_over(*now_ms)))
+                Ok(Applied::Placement(self.rerun_placement(
+                    *now_ms,
+                    PlacementReason::NodeRemoved(*id),
+                )))
             }
             Command::CreateTopic {
                 name,
@@ -109,37 +116,19 @@ impl Metadata {
         }
     }
 
-    /// Moves the leadership of every fragment whose leader is not live at `now_ms` to the first
-    /// live member of its in-sync replicas, bumping the leader epoch; dead nodes leave the ISR.
-    /// A fragment with no live in-sync replica keeps its leader (it is offline until one
-    /// returns: never elect a replica that may miss acknowledged data).
-    fn fail_over(&mut self, now_ms: u64) -> Vec<(String, u32)> {
+    /// Re-runs placement ([`rebalance`]) over the nodes registered and live at `now_ms`.
+    fn rerun_placement(&mut self, now_ms: u64, reason: PlacementReason) -> Vec<PlacementChange> {
         let live = self.live_nodes(now_ms);
-        let is_live = |n: &NodeId| live.binary_search(n).is_ok();
-        let mut moved = Vec::new();
-        for (name, topic) in self.topics.iter_mut() {
-            for f in topic.fragments.iter_mut() {
-                if is_live(&f.leader) {
-                    continue;
-                }
-                let Some(next) = f.isr.iter().copied().find(|n| is_live(n)) else {
-                    continue;
-                };
-                f.isr.retain(|n| is_live(n));
-                f.leader = next;
-                f.leader_epoch += 1;
-                moved.push((name.clone(), f.id));
-            }
-        }
-        moved
+        let registered = self.nodes.keys().copied().collect();
+        rebalance(&mut self.topics, &registered, &live, reason)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metadata::FragmentPolicy;
-    use crate::NodeEndpoints;
+    use crate::metadata::{FragmentPolicy, PlacementReason};
+    use crate::{NodeEndpoints, NodeId};
 
     fn register(id: NodeId, now_ms: u64) -> Command {
         Command::RegisterNode {
@@ -226,13 +215,30 @@ mod tests {
         let moved = m
             .apply(&Command::ExpireLeases { now_ms: 12_000 })
             .expect("applies");
-        assert_eq!(moved, Applied::LeadersMoved(led_by_2.clone()));
+        let Applied::Placement(changes) = moved else {
+            unreachable!("ExpireLeases answers with the placement changes");
+        };
+        let mut leaders_moved: Vec<(String, u32)> = changes
+            .iter()
+            .filter(|c| c.leader != c.old_leader)
+            .map(|c| (c.topic.clone(), c.fragment))
+            .collect();
+        leaders_moved.sort();
+        assert_eq!(leaders_moved, led_by_2);
+        assert!(changes
+            .iter()
+            .all(|c| c.reason == PlacementReason::LeasesExpired && c.isr_removed == vec![2]));
         for (name, id) in led_by_2 {
             let f = &m.topics[&name].fragments[id as usize];
             assert_ne!(f.leader, 2);
             assert_eq!(f.leader_epoch, 1);
-            assert!(!f.isr.contains(&2));
-            assert!(f.isr.contains(&f.leader));
+            assert_eq!(f.last_change, Some(PlacementReason::LeasesExpired));
+            assert_eq!(f.isr[0], f.leader);
+            assert_eq!(f.replicas[0], f.leader);
+        }
+        for f in m.topics.values().flat_map(|t| &t.fragments) {
+            assert!(!f.isr.contains(&2), "an expired node leaves every ISR");
+            assert!(f.replicas.contains(&2), "but keeps its assignments");
         }
         // New topics go to live nodes only.
         let Applied::Topic(t) = m.apply(&create("late", 4, 12_001)).expect("creates") else {
@@ -243,6 +249,101 @@ mod tests {
             .iter()
             .all(|f| f.leader != 2 && !f.replicas.contains(&2)));
         assert_eq!(t.replication_factor, 2);
+    }
+
+    fn fragments(m: &Metadata) -> Vec<&crate::metadata::Fragment> {
+        m.topics.values().flat_map(|t| &t.fragments).collect()
+    }
+
+    #[test]
+    fn a_removed_node_loses_its_assignments_to_live_nodes_outside_the_isr() {
+        let mut m = Metadata::default();
+        for id in 1..=4 {
+            m.apply(&register(id, 0)).expect("register");
+        }
+        m.apply(&Command::CreateTopic {
+            name: "t".into(),
+            fragments: Some(8),
+            replication_factor: Some(2),
+            retain_hours: None,
+            policy: FragmentPolicy::Distribution,
+            now_ms: 1,
+        })
+        .expect("create");
+        let held_by_3: Vec<u32> = m.topics["t"]
+            .fragments
+            .iter()
+            .filter(|f| f.replicas.contains(&3))
+            .map(|f| f.id)
+            .collect();
+        assert!(!held_by_3.is_empty());
+        let Applied::Placement(changes) = m
+            .apply(&Command::RemoveNode { id: 3, now_ms: 2 })
+            .expect("remove")
+        else {
+            unreachable!("RemoveNode answers with the placement changes");
+        };
+        let reassigned: Vec<u32> = changes
+            .iter()
+            .filter(|c| !c.replicas_removed.is_empty())
+            .map(|c| c.fragment)
+            .collect();
+        assert_eq!(reassigned, held_by_3);
+        for c in &changes {
+            assert_eq!(c.reason, PlacementReason::NodeRemoved(3));
+            if held_by_3.contains(&c.fragment) {
+                assert_eq!(c.replicas_removed, vec![3]);
+                assert_eq!(c.replicas_added.len(), 1);
+            } else {
+                assert_ne!(c.leader, c.old_leader, "others only rebalance leaders");
+            }
+        }
+        let counts = super::super::placement::leader_counts(&m.topics, &[1, 2, 4]);
+        let (min, max) = (counts.values().min(), counts.values().max());
+        assert!(max.zip(min).is_some_and(|(a, b)| a - b <= 1), "{counts:?}");
+        for f in fragments(&m) {
+            assert!(!f.replicas.contains(&3) && !f.isr.contains(&3));
+            assert_eq!(f.replicas.len(), 2, "replication factor restored");
+            assert_ne!(f.leader, 3);
+            if held_by_3.contains(&f.id) {
+                assert_eq!(f.isr, vec![f.leader], "the new replica must catch up first");
+            }
+        }
+    }
+
+    #[test]
+    fn leaders_rebalance_over_in_sync_replicas_when_a_node_joins() {
+        let mut m = Metadata::default();
+        m.apply(&register(1, 0)).expect("register");
+        m.apply(&create("t", 6, 1)).expect("create on one node");
+        assert!(fragments(&m).iter().all(|f| f.leader == 1));
+        // Nodes 2 and 3 join; simulate them having caught up (issue #4 adds them to the ISR).
+        m.apply(&register(2, 2)).expect("register");
+        m.apply(&register(3, 2)).expect("register");
+        for t in m.topics.values_mut() {
+            t.replication_factor = 3;
+            for f in t.fragments.iter_mut() {
+                f.replicas = vec![1, 2, 3];
+                f.isr = vec![1, 2, 3];
+            }
+        }
+        let Applied::Placement(changes) = m.apply(&register(2, 3)).expect("re-register") else {
+            unreachable!("RegisterNode answers with the placement changes");
+        };
+        assert_eq!(changes.len(), 4, "{changes:?}");
+        let counts = super::super::placement::leader_counts(&m.topics, &[1, 2, 3]);
+        assert_eq!(counts.values().copied().collect::<Vec<_>>(), vec![2, 2, 2]);
+        for f in fragments(&m) {
+            assert_eq!(f.replicas[0], f.leader);
+            assert_eq!(f.isr[0], f.leader);
+            let moved = f.leader != 1;
+            assert_eq!(f.leader_epoch, u64::from(moved));
+        }
+        // Already balanced: nothing more to do.
+        assert_eq!(
+            m.apply(&register(3, 4)).expect("re-register"),
+            Applied::Placement(Vec::new())
+        );
     }
 
     #[test]
@@ -276,5 +377,98 @@ mod tests {
             m.apply(&create("x", 1, 1)),
             Err(MetadataError::TopicExists("x".into()))
         );
+    }
+}
+
+#[cfg(test)]
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::metadata::{Fragment, FragmentPolicy};
+    use crate::NodeEndpoints;
+
+    fn command() -> impl Strategy<Value = Command> {
+        let t = 0u64..100;
+        prop_oneof![
+            (1u64..=5, t.clone()).prop_map(|(id, s)| Command::RegisterNode {
+                id,
+                endpoints: NodeEndpoints::default(),
+                now_ms: s * 1000,
+                lease_ms: 10_000,
+            }),
+            (1u64..=5, t.clone()).prop_map(|(id, s)| Command::Heartbeat {
+                id,
+                now_ms: s * 1000,
+                lease_ms: 10_000,
+            }),
+            t.clone()
+                .prop_map(|s| Command::ExpireLeases { now_ms: s * 1000 }),
+            (1u64..=5, t.clone()).prop_map(|(id, s)| Command::RemoveNode {
+                id,
+                now_ms: s * 1000
+            }),
+            (0u8..4, 1u32..6, proptest::option::of(1u32..4), t).prop_map(|(n, f, rf, s)| {
+                Command::CreateTopic {
+                    name: format!("t{n}"),
+                    fragments: Some(f),
+                    replication_factor: rf,
+                    retain_hours: None,
+                    policy: FragmentPolicy::Default,
+                    now_ms: s * 1000,
+                }
+            }),
+            (0u8..4).prop_map(|n| Command::DeleteTopic {
+                name: format!("t{n}")
+            }),
+        ]
+    }
+
+    fn check(f: &Fragment) -> Result<(), TestCaseError> {
+        let mut distinct = f.replicas.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        prop_assert_eq!(distinct.len(), f.replicas.len(), "replicas distinct");
+        prop_assert_eq!(f.replicas.first(), Some(&f.leader), "leader first");
+        prop_assert_eq!(f.isr.first(), Some(&f.leader), "leader in sync");
+        prop_assert!(
+            f.isr.iter().all(|n| f.replicas.contains(n)),
+            "isr in replicas"
+        );
+        Ok(())
+    }
+
+    proptest! {
+        #[test]
+        fn placement_stays_safe_deterministic_and_settled(script in proptest::collection::vec(command(), 1..40)) {
+            let mut m = Metadata::default();
+            let mut twin = Metadata::default();
+            for c in &script {
+                let before = m.clone();
+                let result = m.apply(c);
+                prop_assert_eq!(&result, &twin.apply(c), "same result on every node");
+                prop_assert_eq!(m.state_hash(), twin.state_hash());
+                if let Ok(Applied::Placement(changes)) = &result {
+                    for ch in changes {
+                        if ch.leader != ch.old_leader {
+                            let old = &before.topics[&ch.topic].fragments[ch.fragment as usize];
+                            prop_assert!(old.isr.contains(&ch.leader), "new leader was in sync: {:?}", ch);
+                            prop_assert_eq!(ch.leader_epoch, old.leader_epoch + 1);
+                        }
+                    }
+                    // A settled placement: running it again at the same time changes nothing.
+                    if let Command::ExpireLeases { now_ms } | Command::RemoveNode { now_ms, .. } | Command::RegisterNode { now_ms, .. } = c {
+                        let again = m.clone().apply(&Command::ExpireLeases { now_ms: *now_ms });
+                        prop_assert_eq!(again, Ok(Applied::Placement(Vec::new())));
+                    }
+                }
+                if result.is_err() {
+                    prop_assert_eq!(&m, &before, "a refused command changes nothing");
+                }
+                for f in m.topics.values().flat_map(|t| &t.fragments) {
+                    check(f)?;
+                }
+            }
+        }
     }
 }

@@ -11,6 +11,8 @@ pub mod placement;
 
 use std::collections::BTreeMap;
 
+pub use placement::{PlacementChange, PlacementReason};
+
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -49,6 +51,9 @@ pub struct Fragment {
     pub replicas: Vec<NodeId>,
     /// Replicas caught up with the leader (in-sync replicas), leader first.
     pub isr: Vec<NodeId>,
+    /// Why the placement last changed.
+    #[serde(default)]
+    pub last_change: Option<PlacementReason>,
 }
 
 /// A topic.
@@ -78,7 +83,8 @@ pub struct Metadata {
 /// A metadata change, proposed by the Raft leader with its clock reading in it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
-    /// A node joins (or re-registers with new endpoints) with a lease of `lease_ms`.
+    /// A node joins (or re-registers with new endpoints) with a lease of `lease_ms`; placement
+    /// is re-run (reason [`PlacementReason::NodeJoined`]).
     RegisterNode {
         /// Node id.
         id: NodeId,
@@ -98,12 +104,14 @@ pub enum Command {
         /// Lease length, ms.
         lease_ms: u64,
     },
-    /// Fragments led by nodes whose lease ended before `now_ms` move to a live in-sync replica.
+    /// Placement is re-run at `now_ms` (reason [`PlacementReason::LeasesExpired`]): fragments led
+    /// by nodes whose lease ended move to a live in-sync replica, such nodes leave the ISRs.
     ExpireLeases {
         /// Proposer's clock, ms.
         now_ms: u64,
     },
-    /// A node leaves the cluster; its fragments move as for an expired lease.
+    /// A node leaves the cluster; placement is re-run (reason [`PlacementReason::NodeRemoved`]):
+    /// its leaderships move to in-sync replicas and its replicas are reassigned.
     RemoveNode {
         /// Node id.
         id: NodeId,
@@ -144,8 +152,8 @@ pub enum Applied {
     Done,
     /// The topic as placed.
     Topic(TopicRecord),
-    /// Fragments whose leader changed.
-    LeadersMoved(Vec<(String, u32)>),
+    /// Fragments whose placement changed, and how.
+    Placement(Vec<PlacementChange>),
 }
 
 /// Why a command was refused; the state is unchanged.

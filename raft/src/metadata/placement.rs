@@ -1,10 +1,67 @@
 //! Fragment placement: a pure, deterministic policy that spreads fragment leaders and replicas
-//! evenly over the live nodes (leader counts within one of even).
+//! evenly over the live nodes (leader counts within one of even), and re-runs it when nodes
+//! join, leave or expire ([`rebalance`]).
+//!
+//! Safety rules (Kafka's, KIP-101 and the ISR model): leadership only ever moves to a live
+//! member of the fragment's in-sync replicas; a replica added to restore the replication factor
+//! starts outside the ISR (it must catch up first); a node whose lease ended leaves the ISR but
+//! keeps its replica assignment (it comes back); a removed node loses its assignments.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
 
 use crate::metadata::{Fragment, TopicRecord};
 use crate::NodeId;
+
+/// Why placement was re-run; carried by the command that re-ran it and recorded on every
+/// fragment it changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind", content = "node")]
+pub enum PlacementReason {
+    /// The fragment was placed when its topic was created.
+    Created,
+    /// A node registered (started, restarted or returned).
+    NodeJoined(NodeId),
+    /// A node was removed from the cluster.
+    NodeRemoved(NodeId),
+    /// One or more nodes' leases ended.
+    LeasesExpired,
+}
+
+impl std::fmt::Display for PlacementReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PlacementReason::Created => write!(f, "topic created"),
+            PlacementReason::NodeJoined(n) => write!(f, "node {n} joined"),
+            PlacementReason::NodeRemoved(n) => write!(f, "node {n} removed"),
+            PlacementReason::LeasesExpired => write!(f, "leases expired"),
+        }
+    }
+}
+
+/// One fragment's placement change made by [`rebalance`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlacementChange {
+    /// Topic name.
+    pub topic: String,
+    /// Fragment id.
+    pub fragment: u32,
+    /// Leader before.
+    pub old_leader: NodeId,
+    /// Leader after.
+    pub leader: NodeId,
+    /// Leader epoch after (bumped when the leader changed).
+    pub leader_epoch: u64,
+    /// Replicas assigned by this change (outside the ISR until they catch up).
+    pub replicas_added: Vec<NodeId>,
+    /// Replicas unassigned (removed nodes).
+    pub replicas_removed: Vec<NodeId>,
+    /// Nodes that left the in-sync replica set (not live).
+    pub isr_removed: Vec<NodeId>,
+    /// Why.
+    pub reason: PlacementReason,
+}
 
 /// Leader count per live node over `topics` (nodes without a fragment count 0).
 pub fn leader_counts(
@@ -50,9 +107,175 @@ pub fn place(
             leader_epoch: 0,
             isr: replicas.clone(),
             replicas,
+            last_change: Some(PlacementReason::Created),
         });
     }
     out
+}
+
+/// Makes `to` the leader of `f`: first in `replicas` and `isr`, leader epoch bumped.
+fn set_leader(f: &mut Fragment, to: NodeId) {
+    f.leader = to;
+    f.leader_epoch += 1;
+    for list in [&mut f.replicas, &mut f.isr] {
+        if let Some(at) = list.iter().position(|n| *n == to) {
+            let n = list.remove(at);
+            list.insert(0, n);
+        }
+    }
+}
+
+/// Re-runs placement over every fragment of `topics`, given the `registered` nodes and the
+/// `live` ones (ascending), in four deterministic passes (topics by name, fragments by id):
+///
+/// 1. a fragment whose leader is not live moves to the first live in-sync replica (leader
+///    epoch + 1); with none it keeps its leader and stays offline (never elect a replica that
+///    may miss acknowledged data);
+/// 2. non-live nodes leave the ISR (except an offline fragment's leader); unregistered
+///    (removed) nodes leave the replicas too;
+/// 3. a fragment with fewer replicas than its topic's replication factor gets live nodes
+///    holding the fewest replicas (lowest id on ties), outside the ISR;
+/// 4. leaders are balanced: while a fragment's leader leads at least two more fragments than
+///    one of its live in-sync replicas, leadership moves there, so leader counts end within
+///    one of even wherever the ISRs allow.
+///
+/// Returns one [`PlacementChange`] per changed fragment; a second run with the same inputs
+/// changes nothing.
+pub fn rebalance(
+    topics: &mut BTreeMap<String, TopicRecord>,
+    registered: &BTreeSet<NodeId>,
+    live: &[NodeId],
+    reason: PlacementReason,
+) -> Vec<PlacementChange> {
+    let is_live = |n: &NodeId| live.binary_search(n).is_ok();
+    let before: BTreeMap<(String, u32), Fragment> = topics
+        .iter()
+        .flat_map(|(name, t)| {
+            t.fragments
+                .iter()
+                .map(|f| ((name.clone(), f.id), f.clone()))
+        })
+        .collect();
+    // 1 and 2: fail over, shrink the ISR, drop removed nodes.
+    for topic in topics.values_mut() {
+        for f in topic.fragments.iter_mut() {
+            if !is_live(&f.leader) {
+                if let Some(next) = f.isr.iter().copied().find(|n| is_live(n)) {
+                    set_leader(f, next);
+                }
+            }
+            let leader = f.leader;
+            f.isr.retain(|n| is_live(n) || *n == leader);
+            f.replicas
+                .retain(|n| registered.contains(n) || *n == leader);
+        }
+    }
+    // 3: restore the replication factor.
+    let mut held: BTreeMap<NodeId, usize> = live.iter().map(|n| (*n, 0)).collect();
+    for f in topics.values().flat_map(|t| &t.fragments) {
+        for r in &f.replicas {
+            if let Some(c) = held.get_mut(r) {
+                *c += 1;
+            }
+        }
+    }
+    for topic in topics.values_mut() {
+        let rf = topic.replication_factor as usize;
+        for f in topic.fragments.iter_mut() {
+            while f.replicas.len() < rf {
+                let Some((&n, _)) = held
+                    .iter()
+                    .filter(|(n, _)| !f.replicas.contains(n))
+                    .min_by_key(|(n, c)| (**c, **n))
+                else {
+                    break;
+                };
+                f.replicas.push(n);
+                if let Some(c) = held.get_mut(&n) {
+                    *c += 1;
+                }
+            }
+        }
+    }
+    // 4: balance leaders among live in-sync replicas.
+    let mut counts = leader_counts(topics, live);
+    loop {
+        let mut moved = false;
+        for topic in topics.values_mut() {
+            for f in topic.fragments.iter_mut() {
+                let Some(&from) = counts.get(&f.leader) else {
+                    continue;
+                };
+                let best = f
+                    .isr
+                    .iter()
+                    .filter(|n| **n != f.leader)
+                    .filter_map(|n| counts.get(n).map(|c| (*c, *n)))
+                    .min();
+                if let Some((to_count, to)) = best {
+                    if from >= to_count + 2 {
+                        if let Some(c) = counts.get_mut(&f.leader) {
+                            *c -= 1;
+                        }
+                        if let Some(c) = counts.get_mut(&to) {
+                            *c += 1;
+                        }
+                        set_leader(f, to);
+                        moved = true;
+                    }
+                }
+            }
+        }
+        if !moved {
+            break;
+        }
+    }
+    // Report and stamp what changed.
+    let mut changes = Vec::new();
+    for (name, topic) in topics.iter_mut() {
+        for f in topic.fragments.iter_mut() {
+            let Some(old) = before.get(&(name.clone(), f.id)) else {
+                continue;
+            };
+            if old.leader == f.leader && old.replicas == f.replicas && old.isr == f.isr {
+                continue;
+            }
+            let leader_epoch = if old.leader == f.leader {
+                old.leader_epoch
+            } else {
+                old.leader_epoch + 1
+            };
+            f.leader_epoch = leader_epoch;
+            f.last_change = Some(reason);
+            changes.push(PlacementChange {
+                topic: name.clone(),
+                fragment: f.id,
+                old_leader: old.leader,
+                leader: f.leader,
+                leader_epoch,
+                replicas_added: f
+                    .replicas
+                    .iter()
+                    .filter(|n| !old.replicas.contains(n))
+                    .copied()
+                    .collect(),
+                replicas_removed: old
+                    .replicas
+                    .iter()
+                    .filter(|n| !f.replicas.contains(n))
+                    .copied()
+                    .collect(),
+                isr_removed: old
+                    .isr
+                    .iter()
+                    .filter(|n| !f.isr.contains(n))
+                    .copied()
+                    .collect(),
+                reason,
+            });
+        }
+    }
+    changes
 }
 
 #[cfg(test)]
