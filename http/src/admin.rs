@@ -8,13 +8,21 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
+use axum::Extension;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
-use zper_raft::metadata::{Applied, Command, CommandResult, FragmentPolicy, TopicRecord};
+use zper_raft::metadata::{
+    Applied, Command, CommandResult, Fragment, FragmentPolicy, PlacementReason, TopicRecord,
+};
 use zper_raft::network::PROPOSE_PATH;
 use zper_raft::{ClusterNode, NodeEndpoints, NodeId};
 
 use crate::error::ApiError;
+use crate::{FragmentOffsets, LocalLogs};
+
+/// The node's local store, if it gave one (an axum extension).
+#[derive(Clone, Default)]
+pub(crate) struct Logs(pub(crate) Option<std::sync::Arc<dyn LocalLogs>>);
 
 pub(crate) fn routes() -> Router<ClusterNode> {
     Router::new()
@@ -97,9 +105,15 @@ struct RaftState {
     last_applied: Option<u64>,
     voters: Vec<NodeId>,
     learners: Vec<NodeId>,
+    /// The metadata's applied index and state hash read together (16 hex digits, FNV-1a of
+    /// the canonical JSON): equal on every node at the same applied index.
+    metadata_applied: Option<u64>,
+    state_hash: String,
 }
 
 async fn raft_state(State(node): State<ClusterNode>) -> Json<RaftState> {
+    let applied = node.state.state();
+    let (metadata_applied, meta) = (applied.last_applied.map(|l| l.index), applied.metadata);
     let m = node.raft.metrics().borrow().clone();
     let membership = m.membership_config.membership();
     Json(RaftState {
@@ -111,6 +125,8 @@ async fn raft_state(State(node): State<ClusterNode>) -> Json<RaftState> {
         last_applied: m.last_applied.map(|l| l.index),
         voters: membership.voter_ids().collect(),
         learners: membership.learner_ids().collect(),
+        metadata_applied,
+        state_hash: format!("{:016x}", meta.state_hash()),
     })
 }
 
@@ -144,36 +160,85 @@ async fn brokers(
     ))
 }
 
+/// One fragment in a topic view: its placement plus this node's copy's offsets (`null` when
+/// this node holds none).
 #[derive(Serialize)]
-struct NamedTopic {
+struct FragmentView {
+    id: u32,
+    leader: NodeId,
+    leader_epoch: u64,
+    replicas: Vec<NodeId>,
+    isr: Vec<NodeId>,
+    last_change: Option<PlacementReason>,
+    start_offset: Option<u64>,
+    end_offset: Option<u64>,
+}
+
+/// A topic as the admin API shows it.
+#[derive(Serialize)]
+struct TopicView {
     name: String,
-    #[serde(flatten)]
-    topic: TopicRecord,
+    replication_factor: u32,
+    retain_hours: u32,
+    policy: FragmentPolicy,
+    fragments: Vec<FragmentView>,
+}
+
+impl TopicView {
+    fn new(name: String, topic: TopicRecord, logs: &Logs) -> Self {
+        let fragments = topic
+            .fragments
+            .into_iter()
+            .map(|f: Fragment| {
+                let local: Option<FragmentOffsets> =
+                    logs.0.as_ref().and_then(|l| l.offsets(&name, f.id));
+                FragmentView {
+                    id: f.id,
+                    leader: f.leader,
+                    leader_epoch: f.leader_epoch,
+                    replicas: f.replicas,
+                    isr: f.isr,
+                    last_change: f.last_change,
+                    start_offset: local.map(|o| o.start_offset),
+                    end_offset: local.map(|o| o.end_offset),
+                }
+            })
+            .collect();
+        TopicView {
+            replication_factor: topic.replication_factor,
+            retain_hours: topic.retain_hours,
+            policy: topic.policy,
+            fragments,
+            name,
+        }
+    }
 }
 
 async fn topics(
     State(node): State<ClusterNode>,
+    Extension(logs): Extension<Logs>,
     Query(mode): Query<ReadMode>,
-) -> Result<Json<Vec<NamedTopic>>, ApiError> {
+) -> Result<Json<Vec<TopicView>>, ApiError> {
     read_check(&node, &mode).await?;
     Ok(Json(
         node.state
             .metadata()
             .topics
             .into_iter()
-            .map(|(name, topic)| NamedTopic { name, topic })
+            .map(|(name, topic)| TopicView::new(name, topic, &logs))
             .collect(),
     ))
 }
 
 async fn topic(
     State(node): State<ClusterNode>,
+    Extension(logs): Extension<Logs>,
     Path(name): Path<String>,
     Query(mode): Query<ReadMode>,
-) -> Result<Json<NamedTopic>, ApiError> {
+) -> Result<Json<TopicView>, ApiError> {
     read_check(&node, &mode).await?;
     match node.state.metadata().topics.remove(&name) {
-        Some(topic) => Ok(Json(NamedTopic { name, topic })),
+        Some(topic) => Ok(Json(TopicView::new(name, topic, &logs))),
         None => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "unknown_topic",
@@ -195,9 +260,10 @@ pub(crate) struct CreateTopic {
 
 async fn create_topic(
     State(node): State<ClusterNode>,
+    Extension(logs): Extension<Logs>,
     Path(name): Path<String>,
     body: axum::body::Bytes,
-) -> Result<(StatusCode, Json<NamedTopic>), ApiError> {
+) -> Result<(StatusCode, Json<TopicView>), ApiError> {
     let req: CreateTopic = if body.iter().all(u8::is_ascii_whitespace) {
         CreateTopic::default()
     } else {
@@ -213,7 +279,10 @@ async fn create_topic(
         now_ms: now_ms(),
     };
     match node.propose(command).await?? {
-        Applied::Topic(topic) => Ok((StatusCode::CREATED, Json(NamedTopic { name, topic }))),
+        Applied::Topic(topic) => Ok((
+            StatusCode::CREATED,
+            Json(TopicView::new(name, topic, &logs)),
+        )),
         other => Err(ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "internal",

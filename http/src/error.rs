@@ -54,6 +54,8 @@ impl From<MetadataError> for ApiError {
             MetadataError::InvalidName { .. } => (StatusCode::BAD_REQUEST, "invalid_name"),
             MetadataError::InvalidArgument(_) => (StatusCode::BAD_REQUEST, "invalid_argument"),
             MetadataError::NotEnoughNodes { .. } => (StatusCode::CONFLICT, "not_enough_nodes"),
+            MetadataError::NotMember(_) => (StatusCode::CONFLICT, "not_member"),
+            MetadataError::DuplicateNodeId { .. } => (StatusCode::CONFLICT, "duplicate_node_id"),
         };
         ApiError::new(status, code, e.to_string())
     }
@@ -69,4 +71,42 @@ impl From<ClusterError> for ApiError {
         };
         ApiError::new(status, code, e.to_string())
     }
+}
+
+/// Turns any 4xx/5xx response that is not JSON (axum's extractor rejections: a bad query
+/// string or path parameter, a body over the limit, a wrong content type) into the API's
+/// `{code, message}` JSON with the same status and the rejection's text as message.
+pub(crate) async fn json_errors(response: Response) -> Response {
+    let status = response.status();
+    if !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    let is_json = response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if is_json {
+        return response;
+    }
+    let code = match status {
+        StatusCode::BAD_REQUEST => "bad_request",
+        StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        StatusCode::UNPROCESSABLE_ENTITY => "invalid_body",
+        StatusCode::NOT_FOUND => "not_found",
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        s if s.is_client_error() => "bad_request",
+        _ => "internal",
+    };
+    let text = match axum::body::to_bytes(response.into_body(), 64 * 1024).await {
+        Ok(b) => String::from_utf8_lossy(&b).trim().to_owned(),
+        Err(_) => String::new(),
+    };
+    let message = if text.is_empty() {
+        status.canonical_reason().unwrap_or("error").to_owned()
+    } else {
+        text
+    };
+    ApiError::new(status, code, message).into_response()
 }

@@ -4,6 +4,7 @@
 //! `{code, message}` body). It never touches zmq or the segment store.
 
 mod admin;
+mod auth;
 mod error;
 pub mod metrics;
 mod raft_rpc;
@@ -14,14 +15,54 @@ use axum::Router;
 use prometheus::Registry;
 use zper_raft::ClusterNode;
 
+/// This node's copy of a fragment, as its segment store has it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FragmentOffsets {
+    /// Offset of the first byte still stored (the first segment's start), bytes.
+    pub start_offset: u64,
+    /// Offset just past the last byte readers can fetch (flushed; ZPER spec §6), bytes.
+    pub end_offset: u64,
+}
+
+/// The node's segment store as the admin API sees it (implemented by the `zper` node; the http
+/// crate never touches the store itself).
+pub trait LocalLogs: Send + Sync {
+    /// This node's offsets of `topic`'s fragment `fragment`, or `None` when it holds no copy.
+    fn offsets(&self, topic: &str, fragment: u32) -> Option<FragmentOffsets>;
+}
+
+/// What the node adds to the admin API beyond Raft state.
+#[derive(Clone, Default)]
+pub struct AdminOptions {
+    /// Registry served by `/metrics` (the node's own collectors); the Raft gauges are added.
+    pub registry: Registry,
+    /// When set, mutating requests (every method but GET/HEAD/OPTIONS, on every route) need
+    /// `Authorization: Bearer <token>`, else 401 `{"code": "unauthorized"}`.
+    pub admin_token: Option<String>,
+    /// The local segment store, for per-fragment offsets in topic views.
+    pub logs: Option<std::sync::Arc<dyn LocalLogs>>,
+}
+
 /// The router of a node's HTTP server, with `/metrics` serving only the Raft gauges.
 pub fn router(node: ClusterNode) -> Router {
-    router_with_metrics(node, Registry::new())
+    router_with(node, AdminOptions::default())
 }
 
 /// The router with `/metrics` serving `registry` (the node's own collectors) plus the Raft
 /// gauges of [`metrics::RaftCollector`].
 pub fn router_with_metrics(node: ClusterNode, registry: Registry) -> Router {
+    router_with(
+        node,
+        AdminOptions {
+            registry,
+            ..Default::default()
+        },
+    )
+}
+
+/// The full router: Raft RPCs, admin API, `/metrics`, with `options`.
+pub fn router_with(node: ClusterNode, options: AdminOptions) -> Router {
+    let registry = options.registry.clone();
     match metrics::RaftCollector::new(node.clone()) {
         Ok(c) => {
             if let Err(e) = registry.register(Box::new(c)) {
@@ -33,8 +74,10 @@ pub fn router_with_metrics(node: ClusterNode, registry: Registry) -> Router {
     let metrics = Router::new()
         .route("/metrics", axum::routing::get(metrics::metrics))
         .with_state(registry);
+    let token = auth::Token(options.admin_token.clone().map(std::sync::Arc::from));
     raft_rpc::routes()
         .merge(admin::routes())
+        .layer(axum::Extension(admin::Logs(options.logs.clone())))
         .with_state(node)
         .merge(metrics)
         .fallback(|| async {
@@ -51,6 +94,8 @@ pub fn router_with_metrics(node: ClusterNode, registry: Registry) -> Router {
                 "this route does not take that method",
             )
         })
+        .layer(axum::middleware::from_fn_with_state(token, auth::require))
+        .layer(axum::middleware::map_response(error::json_errors))
 }
 
 /// Serves [`router`] on an already bound listener (bind first, so the address can be

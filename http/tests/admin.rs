@@ -4,7 +4,7 @@ mod common;
 
 use common::*;
 use serde_json::{json, Value};
-use zper_raft::metadata::Command;
+use zper_raft::metadata::{Command, MetadataError};
 
 async fn call(method: reqwest::Method, url: &str, body: Option<&str>) -> (u16, Value) {
     let client = reqwest::Client::new();
@@ -176,11 +176,38 @@ async fn admin_routes_answer_json_and_errors_have_code_and_message() {
     )
     .await;
     assert_eq!(s, 200);
-    // A node whose lease ended makes the cluster unhealthy, naming it.
-    c.node(leader)
+    // Registration is refused for ids outside the Raft membership, and for an id whose
+    // membership entry has another address (two processes sharing one node.id).
+    let refused = c
+        .node(leader)
         .propose(Command::RegisterNode {
             id: 9,
             endpoints: c.voters[&1].clone(),
+            now_ms: 0,
+            lease_ms: 1,
+        })
+        .await
+        .expect("answered");
+    assert_eq!(refused, Err(MetadataError::NotMember(9)));
+    let refused = c
+        .node(follower)
+        .propose(Command::RegisterNode {
+            id: leader,
+            endpoints: c.voters[&follower].clone(),
+            now_ms: 0,
+            lease_ms: 1,
+        })
+        .await
+        .expect("answered");
+    assert!(
+        matches!(refused, Err(MetadataError::DuplicateNodeId { id, .. }) if id == leader),
+        "{refused:?}"
+    );
+    // A node whose lease ended makes the cluster unhealthy, naming it.
+    c.node(leader)
+        .propose(Command::RegisterNode {
+            id: follower,
+            endpoints: c.voters[&follower].clone(),
             now_ms: 0,
             lease_ms: 1,
         })
@@ -195,7 +222,11 @@ async fn admin_routes_answer_json_and_errors_have_code_and_message() {
     )
     .await;
     assert_eq!(s, 503, "{v}");
-    assert_eq!(v["problems"], json!(["node 9 lease expired"]));
+    let problems = v["problems"].as_array().cloned().unwrap_or_default();
+    assert!(
+        problems.contains(&json!(format!("node {follower} lease expired"))),
+        "{v}"
+    );
     // Delete.
     let (s, _) = call(
         reqwest::Method::DELETE,
@@ -205,5 +236,123 @@ async fn admin_routes_answer_json_and_errors_have_code_and_message() {
     .await;
     assert_eq!(s, 204);
     assert!(eventually(|| c.node(leader).state.metadata().topics.is_empty()).await);
+    c.stop().await;
+}
+
+async fn call_with(
+    method: reqwest::Method,
+    url: &str,
+    body: Option<String>,
+    token: Option<&str>,
+) -> (u16, Value) {
+    let client = reqwest::Client::new();
+    let mut req = client.request(method, url);
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    if let Some(b) = body {
+        req = req.header("content-type", "application/json").body(b);
+    }
+    let resp = req.send().await.expect("http");
+    let status = resp.status().as_u16();
+    let text = resp.text().await.expect("body");
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_token_guards_every_mutating_route_and_peers_send_it() {
+    // A leader is elected at all only if the peers' Raft RPCs (POSTs) carry the token.
+    let c = Cluster::start_with_token(3, Some("s3cret")).await;
+    let (leader, follower) = (c.leader(), c.follower());
+    c.node(leader)
+        .propose(Command::RegisterNode {
+            id: leader,
+            endpoints: c.voters[&leader].clone(),
+            now_ms: 0,
+            lease_ms: u64::MAX / 2,
+        })
+        .await
+        .expect("commits")
+        .expect("registers");
+    let f = c.http(follower);
+    let topic = format!("{f}/v1/topics/guarded");
+    for (token, why) in [(None, "no token"), (Some("guess"), "wrong token")] {
+        let (s, v) = call_with(reqwest::Method::POST, &topic, None, token).await;
+        assert_eq!(s, 401, "{why}: {v}");
+        assert_eq!(v["code"], json!("unauthorized"), "{why}");
+        assert!(v["message"].as_str().is_some_and(|m| !m.is_empty()));
+        let (s, _) = call_with(reqwest::Method::DELETE, &topic, None, token).await;
+        assert_eq!(s, 401, "{why}");
+        let (s, _) = call_with(
+            reqwest::Method::POST,
+            &format!("{f}/v1/cluster/nodes"),
+            Some(r#"{"id": 7, "http": "127.0.0.1:1"}"#.into()),
+            token,
+        )
+        .await;
+        assert_eq!(s, 401, "{why}");
+        // The internal routes are guarded too: no way around the token.
+        let (s, _) = call_with(
+            reqwest::Method::POST,
+            &format!("{f}/v1/internal/propose"),
+            Some(r#"{"DeleteTopic": {"name": "x"}}"#.into()),
+            token,
+        )
+        .await;
+        assert_eq!(s, 401, "{why}");
+    }
+    assert!(c.node(leader).state.metadata().topics.is_empty());
+    // Reads stay open.
+    let (s, _) = call_with(reqwest::Method::GET, &format!("{f}/v1/topics"), None, None).await;
+    assert_eq!(s, 200);
+    // With the token, a follower forwards the write to the leader (which checks it again).
+    let (s, v) = call_with(reqwest::Method::POST, &topic, None, Some("s3cret")).await;
+    assert_eq!(s, 201, "{v}");
+    assert_eq!(v["name"], json!("guarded"));
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extractor_rejections_are_json_errors_too() {
+    let c = Cluster::start(1).await;
+    let base = c.http(1);
+    for (method, url, body, status, code) in [
+        (
+            reqwest::Method::GET,
+            format!("{base}/v1/topics?consistent=maybe"),
+            None,
+            400,
+            "bad_request",
+        ),
+        (
+            reqwest::Method::DELETE,
+            format!("{base}/v1/cluster/nodes/abc"),
+            None,
+            400,
+            "bad_request",
+        ),
+        (
+            reqwest::Method::POST,
+            format!("{base}/v1/topics/big"),
+            Some(format!(r#"{{"x": "{}"}}"#, "y".repeat(3 << 20))),
+            413,
+            "payload_too_large",
+        ),
+        (
+            reqwest::Method::POST,
+            format!("{base}/v1/internal/propose"),
+            Some("not json".to_owned()),
+            400,
+            "bad_request",
+        ),
+    ] {
+        let (s, v) = call_with(method, &url, body, None).await;
+        assert_eq!(s, status, "{url}: {v}");
+        assert_eq!(v["code"], json!(code), "{url}: {v}");
+        assert!(
+            v["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "{url}: {v}"
+        );
+    }
     c.stop().await;
 }

@@ -90,6 +90,7 @@ async fn three_members_elect_commit_fail_over_and_catch_up() {
         listener,
         &c.voters,
         c.dirs[leader as usize - 1].path(),
+        None,
     )
     .await;
     c.members[leader as usize - 1] = Some(member);

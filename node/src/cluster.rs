@@ -44,6 +44,7 @@ impl Member {
         config: &NodeConfig,
         zmq: &Endpoints,
         counters: std::sync::Arc<crate::metrics::Counters>,
+        store: std::sync::Arc<zper_store::Store>,
     ) -> Result<Member, NodeError> {
         let c = &config.cluster;
         let listener = TcpListener::bind(&c.http_bind).map_err(|e| NodeError::Http {
@@ -89,7 +90,14 @@ impl Member {
                 )
             })
             .collect();
-        voters.insert(c.node_id, endpoints.clone());
+        if voters.is_empty() || voters.contains_key(&c.node_id) {
+            voters.insert(c.node_id, endpoints.clone());
+        } else {
+            info!(
+                id = c.node_id,
+                "not an initial voter: waiting to be added (zper cluster add-node)"
+            );
+        }
         let raft_config = ClusterConfig {
             id: c.node_id,
             endpoints: endpoints.clone(),
@@ -101,6 +109,7 @@ impl Member {
             heartbeat_ms: c.heartbeat_ms,
             election_timeout_ms: c.election_timeout_ms,
             snapshot_every: 1000,
+            admin_token: c.admin_token.clone(),
         };
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -136,7 +145,14 @@ impl Member {
             }
             zper_http::serve_router(
                 listener,
-                zper_http::router_with_metrics(node.clone(), registry),
+                zper_http::router_with(
+                    node.clone(),
+                    zper_http::AdminOptions {
+                        registry,
+                        admin_token: c.admin_token.clone(),
+                        logs: Some(std::sync::Arc::new(StoreLogs(store))),
+                    },
+                ),
             )
         };
         let registrar = runtime.spawn(register(
@@ -172,6 +188,25 @@ impl Member {
     }
 }
 
+/// The segment store as the admin API's [`zper_http::LocalLogs`]: this node's copy of a
+/// topic is its fragment 0 (fragments beyond 0 are stored by issue #4's replication).
+struct StoreLogs(std::sync::Arc<zper_store::Store>);
+
+impl zper_http::LocalLogs for StoreLogs {
+    fn offsets(&self, topic: &str, fragment: u32) -> Option<zper_http::FragmentOffsets> {
+        if fragment != 0 {
+            return None;
+        }
+        let log = self.0.topic(topic)?;
+        let start_offset = log.segment_starts().ok()?.first().copied().unwrap_or(0);
+        let end_offset = log.flushed_end().ok()?;
+        Some(zper_http::FragmentOffsets {
+            start_offset,
+            end_offset,
+        })
+    }
+}
+
 /// Registers this node, then renews its lease every third of it. On the leader, also records
 /// itself as the Dolly leader and re-runs placement (`ExpireLeases`) when a node whose lease
 /// ended still leads a fragment or is in its ISR.
@@ -179,6 +214,7 @@ async fn register(node: ClusterNode, endpoints: NodeEndpoints, lease: Duration) 
     let lease_ms = lease.as_millis() as u64;
     let id = node.id;
     let mut registered = false;
+    let mut last_refusal: Option<String> = None;
     // A new leader waits one lease before expiring anyone: leases may have lapsed during the
     // election through no fault of their holders.
     let mut leading_since: Option<tokio::time::Instant> = None;
@@ -215,9 +251,21 @@ async fn register(node: ClusterNode, endpoints: NodeEndpoints, lease: Duration) 
             }
         };
         match node.propose(command).await {
-            Ok(Ok(_)) => registered = true,
+            Ok(Ok(_)) => {
+                registered = true;
+                last_refusal = None;
+            }
             Ok(Err(MetadataError::UnknownNode(_))) => registered = false,
-            Ok(Err(e)) => warn!(error = %e, "registration refused"),
+            Ok(Err(e)) => {
+                // Once per distinct refusal (a duplicate id or a removed node is a config
+                // problem that repeats every heartbeat).
+                let text = e.to_string();
+                if last_refusal.as_deref() != Some(text.as_str()) {
+                    tracing::error!(error = %text, "registration refused");
+                    last_refusal = Some(text);
+                }
+                registered = false;
+            }
             Err(e) => warn!(error = %e, "registration not committed"),
         }
         if node.leader() != Some(id) {

@@ -84,7 +84,8 @@ pub struct ClusterSettings {
     /// unspecified host replaced by 127.0.0.1 and the bound port).
     pub http_advertise: Option<String>,
     /// Initial voters: `controller.quorum.<id> = host:port` (their HTTP addresses). Empty: this
-    /// node alone (a one-voter group).
+    /// node alone (a one-voter group). A node whose id is not among them is a joining node: it
+    /// starts empty and waits to be added (`zper cluster add-node`, `POST /v1/cluster/nodes`).
     pub voters: std::collections::BTreeMap<u64, String>,
     /// Raft data directory (`raft.dir`, default `<base_dir>/.raft`, which is not a topic name).
     pub raft_dir: Option<std::path::PathBuf>,
@@ -94,6 +95,10 @@ pub struct ClusterSettings {
     pub heartbeat_ms: u64,
     /// Raft election timeout, lower bound (`raft.election_timeout_ms`).
     pub election_timeout_ms: u64,
+    /// When set (`http.admin_token`), mutating HTTP requests (admin writes, Raft RPCs,
+    /// forwarded proposals) need `Authorization: Bearer <token>`; every node of a cluster
+    /// must have the same one.
+    pub admin_token: Option<String>,
 }
 
 impl Default for ClusterSettings {
@@ -108,6 +113,7 @@ impl Default for ClusterSettings {
             lease_ms: 3000,
             heartbeat_ms: 100,
             election_timeout_ms: 500,
+            admin_token: None,
         }
     }
 }
@@ -137,6 +143,7 @@ const KNOWN: &[&str] = &[
     "node.lease_ms",
     "http.bind",
     "http.advertise",
+    "http.admin_token",
     "raft.dir",
     "raft.heartbeat_ms",
     "raft.election_timeout_ms",
@@ -189,6 +196,41 @@ impl NodeConfig {
             message: e.to_string(),
         })?;
         Self::from_properties_str(&text, path)
+    }
+
+    /// Reads `path` (or the embedded default when `None`), then applies `overrides` (key,
+    /// value) on top, as the command line's flags do. An override of any `controller.quorum.*`
+    /// key replaces every such key of the file (the voter list is given whole).
+    ///
+    /// Errors: as [`NodeConfig::from_file`] and [`NodeConfig::from_map`].
+    pub fn load(path: Option<&Path>, overrides: &[(String, String)]) -> Result<Self, ConfigError> {
+        let (text, name) = match path {
+            Some(p) => (
+                std::fs::read_to_string(p).map_err(|e| ConfigError::File {
+                    path: p.to_owned(),
+                    message: e.to_string(),
+                })?,
+                p.to_owned(),
+            ),
+            None => (
+                DEFAULT_PROPERTIES.to_owned(),
+                PathBuf::from("<embedded default>"),
+            ),
+        };
+        let mut map = java_properties::read(text.as_bytes()).map_err(|e| ConfigError::File {
+            path: name,
+            message: e.to_string(),
+        })?;
+        if overrides
+            .iter()
+            .any(|(k, _)| k.starts_with("controller.quorum."))
+        {
+            map.retain(|k, _| !k.starts_with("controller.quorum."));
+        }
+        for (k, v) in overrides {
+            map.insert(k.clone(), v.clone());
+        }
+        Self::from_map(&map)
     }
 
     /// Parses properties text (`path` only names it in errors).
@@ -295,14 +337,17 @@ fn cluster_settings(map: &HashMap<String, String>) -> Result<ClusterSettings, Co
             c.voters.insert(id, host_port(k, v.trim())?);
         }
     }
-    if !c.voters.is_empty() && !c.voters.contains_key(&c.node_id) {
-        return Err(bad(
-            "node.id",
-            &c.node_id.to_string(),
-            "one of the controller.quorum.<id> voters (joining as a learner comes later)",
-        ));
-    }
     c.raft_dir = get("raft.dir").map(std::path::PathBuf::from);
+    c.admin_token = get("http.admin_token").filter(|t| !t.is_empty());
+    if let Some(t) = &c.admin_token {
+        if !t.chars().all(|ch| ch.is_ascii_graphic()) {
+            return Err(bad(
+                "http.admin_token",
+                "<hidden>",
+                "printable ASCII without spaces",
+            ));
+        }
+    }
     c.lease_ms = num(map, "node.lease_ms", c.lease_ms, 100)?;
     c.heartbeat_ms = num(map, "raft.heartbeat_ms", c.heartbeat_ms, 10)?;
     c.election_timeout_ms = num(map, "raft.election_timeout_ms", c.election_timeout_ms, 50)?;
@@ -454,13 +499,46 @@ mod tests {
             ("reader.workers = 5000", "reader.workers"),
             ("controller.quorum.x = a:1", "controller.quorum.x"),
             ("controller.quorum.1 = nohost", "controller.quorum.1"),
-            ("node.id = 2\ncontroller.quorum.1 = a:1", "node.id"),
+            ("node.id = 0", "node.id"),
             ("http.bind = 9644", "http.bind"),
             ("raft.heartbeat_ms = 500", "raft.election_timeout_ms"),
         ] {
             let e = parse(text).expect_err(text);
             assert!(e.to_string().contains(&format!("`{key}`")), "{e}");
         }
+    }
+
+    #[test]
+    fn flags_override_the_file_and_replace_its_voters() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("n.properties");
+        std::fs::write(
+            &path,
+            "node.id = 1\ncontroller.quorum.1 = a:1\ncontroller.quorum.2 = b:2\nflush_messages = 9\n",
+        )
+        .expect("write");
+        let c = NodeConfig::load(
+            Some(&path),
+            &[
+                ("node.id".into(), "3".into()),
+                ("controller.quorum.3".into(), "c:3".into()),
+                ("controller.quorum.4".into(), "d:4".into()),
+            ],
+        )
+        .expect("loads");
+        assert_eq!(c.cluster.node_id, 3);
+        assert_eq!(
+            c.cluster.voters.into_iter().collect::<Vec<_>>(),
+            vec![(3, "c:3".to_owned()), (4, "d:4".to_owned())]
+        );
+        assert_eq!(
+            c.store.flush.flush_messages, 9,
+            "the rest of the file stays"
+        );
+        let e = NodeConfig::load(None, &[("node.id".into(), "zero".into())]).expect_err("bad");
+        assert!(e.to_string().contains("`node.id`"), "{e}");
+        let c = NodeConfig::load(None, &[]).expect("embedded");
+        assert!(c.cluster.voters.is_empty());
     }
 
     #[test]

@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 use zper::cli::client::Targets;
-use zper::cli::{consume, perf, produce, Cli, Command};
+use zper::cli::{consume, perf, produce, Cli, Command, RunArgs};
 use zper::{Node, NodeConfig};
 
 fn main() {
@@ -20,14 +20,15 @@ fn main() {
     let cli = Cli::parse();
     let config = cli.config.as_deref();
     let result = match cli.command {
-        None | Some(Command::Run) => run_node(config),
+        None => run_node(config, &RunArgs::default()),
+        Some(Command::Run(args)) => run_node(config, &args),
         Some(Command::Produce(a)) => Targets::from_config(config).and_then(|t| produce::run(a, &t)),
         Some(Command::Consume(a)) => Targets::from_config(config).and_then(|t| consume::run(a, &t)),
         Some(Command::Perf(p)) => Targets::from_config(config).and_then(|t| perf::run(p, &t)),
         Some(Command::Topics { command, target }) => Targets::from_config(config)
-            .and_then(|t| zper::cli::admin::topics(command, &target, &t.admin)),
+            .and_then(|t| zper::cli::admin::topics(command, &target, &t)),
         Some(Command::Cluster { command, target }) => Targets::from_config(config)
-            .and_then(|t| zper::cli::admin::cluster(command, &target, &t.admin)),
+            .and_then(|t| zper::cli::admin::cluster(command, &target, &t)),
     };
     if let Err(e) = result {
         eprintln!("zper: {}", error_chain(&e));
@@ -35,11 +36,9 @@ fn main() {
     }
 }
 
-fn run_node(config: Option<&std::path::Path>) -> Result<()> {
-    let config = match config {
-        Some(path) => NodeConfig::from_file(path)?,
-        None => NodeConfig::embedded()?,
-    };
+fn run_node(config: Option<&std::path::Path>, args: &RunArgs) -> Result<()> {
+    let overrides = args.overrides().map_err(anyhow::Error::msg)?;
+    let config = NodeConfig::load(config, &overrides)?;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone()).context("install signal handler")?;

@@ -154,7 +154,8 @@ impl Node {
             controller: last_endpoint(&c)?,
             http: String::new(),
         };
-        let member = crate::cluster::Member::start(config, &endpoints, counters.clone())?;
+        let member =
+            crate::cluster::Member::start(config, &endpoints, counters.clone(), store.clone())?;
         endpoints.http = member.http.clone();
 
         let (notice_tx, notice_rx) = crossbeam_channel::unbounded();

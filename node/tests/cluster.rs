@@ -154,3 +154,205 @@ fn metrics_export_data_path_counters_and_raft_gauges_in_prometheus_text() {
         "{text}"
     );
 }
+
+fn zper_cli(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_zper"))
+        .args(args)
+        .output()
+        .expect("run zper")
+}
+
+/// (metadata applied index, state hash) of the node at `addr`.
+fn state_hash(addr: &str) -> Option<(u64, String)> {
+    let v = get_json(addr, "/v1/raft");
+    Some((
+        v["metadata_applied"].as_u64()?,
+        v["state_hash"].as_str()?.to_owned(),
+    ))
+}
+
+fn broker_ids(addr: &str) -> Vec<u64> {
+    match get_json(addr, "/v1/brokers") {
+        Value::Array(b) => b.iter().filter_map(|n| n["id"].as_u64()).collect(),
+        _ => Vec::new(),
+    }
+}
+
+#[test]
+fn a_fourth_process_started_by_flags_joins_by_cli_and_leaves_with_the_same_state_everywhere() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ports: Vec<u16> = (0..4).map(|_| free_port()).collect();
+    let addr = |i: usize| format!("127.0.0.1:{}", ports[i]);
+    let quorum: String = (0..3)
+        .map(|i| format!("controller.quorum.{} = {}\n", i + 1, addr(i)))
+        .collect();
+    let _nodes: Vec<ChildNode> = (0..3)
+        .map(|i| {
+            ChildNode::start_on(
+                &dir.path().join(format!("n{}", i + 1)),
+                ports[i],
+                &format!("node.id = {}\n{quorum}node.lease_ms = 1500\n", i + 1),
+            )
+        })
+        .collect();
+    assert!(eventually(|| {
+        (0..3).all(|i| http_status(&addr(i), "/v1/status/ready") == Some(200))
+    }));
+    // Node 4 gets its id and the voters from command-line flags only (its file has neither):
+    // not an initial voter, it waits to be added.
+    let voters = (0..3)
+        .map(|i| format!("{}={}", i + 1, addr(i)))
+        .collect::<Vec<_>>()
+        .join(",");
+    let _four = ChildNode::start_on_with_args(
+        &dir.path().join("n4"),
+        ports[3],
+        "node.lease_ms = 1500\n",
+        &["run", "--node-id", "4", "--voters", &voters],
+    );
+    assert!(eventually(
+        || get_json(&addr(3), "/v1/raft")["id"] == json!(4)
+    ));
+    assert_eq!(http_status(&addr(3), "/v1/status/ready"), Some(503));
+    let leader = get_json(&addr(0), "/v1/raft")["leader"]
+        .as_u64()
+        .expect("leader") as usize;
+    let follower = (1..=3).find(|n| *n != leader).expect("follower");
+
+    // Added through the CLI: learner, then voter; it registers and serves the metadata.
+    let out = zper_cli(&[
+        "cluster",
+        "add-node",
+        "--id",
+        "4",
+        "--http",
+        &addr(3),
+        "--admin",
+        &addr(leader - 1),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(text.trim(), "voters 1,2,3,4");
+    assert!(eventually(
+        || http_status(&addr(3), "/v1/status/ready") == Some(200)
+    ));
+    assert!(eventually(|| broker_ids(&addr(leader - 1)) == [1, 2, 3, 4]));
+    let out = zper_cli(&[
+        "topics",
+        "create",
+        "spread",
+        "--fragments",
+        "8",
+        "--replication-factor",
+        "2",
+        "--admin",
+        &addr(follower - 1),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The same commands give the same metadata on every node: equal state hashes at equal
+    // applied indexes (heartbeats keep committing, so sample until all four line up).
+    assert!(
+        eventually(|| {
+            let hashes: Vec<Option<(u64, String)>> = (0..4).map(|i| state_hash(&addr(i))).collect();
+            hashes[0].is_some() && hashes.windows(2).all(|w| w[0] == w[1])
+        }),
+        "state hashes never lined up"
+    );
+    let spread = get_json(&addr(3), "/v1/topics/spread");
+    let leaders: Vec<u64> = spread["fragments"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f["leader"].as_u64())
+        .collect();
+    for n in 1..=4 {
+        assert_eq!(
+            leaders.iter().filter(|l| **l == n).count(),
+            2,
+            "8 leaders over 4 nodes: {leaders:?}"
+        );
+    }
+
+    // Removed through the CLI: it leaves the voters and the brokers, its replicas move, and
+    // it does not register itself back.
+    let out = zper_cli(&["cluster", "remove-node", "4", "--admin", &addr(leader - 1)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        get_json(&addr(leader - 1), "/v1/raft")["voters"],
+        json!([1, 2, 3])
+    );
+    assert!(eventually(|| broker_ids(&addr(leader - 1)) == [1, 2, 3]));
+    let spread = get_json(&addr(leader - 1), "/v1/topics/spread");
+    for f in spread["fragments"].as_array().into_iter().flatten() {
+        assert!(
+            !f["replicas"]
+                .as_array()
+                .is_some_and(|r| r.contains(&json!(4))),
+            "{f}"
+        );
+        assert_eq!(f["replicas"].as_array().map(Vec::len), Some(2), "{f}");
+    }
+    // Give node 4's registrar several heartbeat periods (500 ms each) to try to come back.
+    for _ in 0..20 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert_eq!(broker_ids(&addr(leader - 1)), [1, 2, 3]);
+    }
+}
+
+#[test]
+fn topic_views_show_this_nodes_start_and_end_offsets() {
+    let n = TestNode::start();
+    let http_addr = n.node().endpoints().http.clone();
+    assert!(eventually(|| broker_ids(&http_addr) == [1]), "registered");
+    let (s, body) = http("POST", &http_addr, "/v1/topics/offsets", None).expect("answer");
+    assert_eq!(s, 201, "{body}");
+    let v = get_json(&http_addr, "/v1/topics/offsets");
+    assert_eq!(
+        v["fragments"][0]["end_offset"],
+        Value::Null,
+        "nothing stored yet: {v}"
+    );
+    let w = n.writer_client(zmq::DEALER, "offsets", 1);
+    for body in [&b"first"[..], b"second"] {
+        w.send(body, 0).expect("send");
+    }
+    assert!(eventually(|| {
+        n.node()
+            .store()
+            .topic("offsets")
+            .and_then(|t| t.flushed_end().ok())
+            .is_some_and(|e| e > 0)
+    }));
+    let end = n
+        .node()
+        .store()
+        .topic("offsets")
+        .and_then(|t| t.flushed_end().ok())
+        .expect("flushed");
+    assert!(eventually(|| {
+        let v = get_json(&http_addr, "/v1/topics/offsets");
+        v["fragments"][0]["end_offset"] == json!(end)
+            && v["fragments"][0]["start_offset"] == json!(0)
+    }));
+    // The CLI shows them too.
+    let out = zper_cli(&["topics", "describe", "offsets", "--admin", &http_addr]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success());
+    assert!(
+        text.lines()
+            .any(|l| l.trim_end().ends_with(&format!(" 0 {:>12}", end))),
+        "{text}"
+    );
+}

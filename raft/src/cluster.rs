@@ -13,7 +13,7 @@ use openraft::{Config, Raft};
 use thiserror::Error;
 use tracing::info;
 
-use crate::metadata::{Command, CommandResult};
+use crate::metadata::{Command, CommandResult, MetadataError};
 use crate::network::HttpNetwork;
 use crate::{NodeEndpoints, NodeId, StateMachineStore, TypeConfig};
 
@@ -41,6 +41,10 @@ pub struct ClusterConfig {
     pub election_timeout_ms: u64,
     /// Log entries between snapshots (the log is purged behind them).
     pub snapshot_every: u64,
+    /// Shared secret sent as `Authorization: Bearer <token>` on every request to a peer (Raft
+    /// RPCs, forwarded proposals); peers with an admin token set refuse mutating requests
+    /// without it. `None`: no header.
+    pub admin_token: Option<String>,
 }
 
 impl ClusterConfig {
@@ -54,6 +58,7 @@ impl ClusterConfig {
             heartbeat_ms: 100,
             election_timeout_ms: 500,
             snapshot_every: 1000,
+            admin_token: None,
         }
     }
 }
@@ -135,7 +140,7 @@ impl ClusterNode {
         let raft = Raft::new(
             config.id,
             Arc::new(raft_config),
-            HttpNetwork::default(),
+            HttpNetwork::new(config.admin_token.as_deref()),
             log,
             sm.clone(),
         )
@@ -155,7 +160,7 @@ impl ClusterNode {
             raft,
             state: sm,
             id: config.id,
-            http: reqwest::Client::new(),
+            http: crate::network::http_client(config.admin_token.as_deref()),
         })
     }
 
@@ -164,6 +169,11 @@ impl ClusterNode {
     /// Errors: `NotLeader` with the leader's id and endpoints; `Write` when the entry cannot
     /// commit; `Fatal` when Raft stopped.
     pub async fn write(&self, command: Command) -> Result<CommandResult, ClusterError> {
+        if let Command::RegisterNode { id, endpoints, .. } = &command {
+            if let Some(refused) = self.check_registration(*id, endpoints) {
+                return Ok(Err(refused));
+            }
+        }
         let written = tokio::time::timeout(WRITE_TIMEOUT, self.raft.client_write(command))
             .await
             .map_err(|_| {
@@ -182,6 +192,26 @@ impl ClusterNode {
             }
             Err(RaftError::APIError(e)) => Err(ClusterError::Write(e.to_string())),
             Err(RaftError::Fatal(f)) => Err(ClusterError::Fatal(f)),
+        }
+    }
+
+    /// On the leader, before a `RegisterNode` is proposed: the id must be a member (voter or
+    /// learner) whose membership entry has the same HTTP address, so a removed node cannot
+    /// re-register and two processes cannot share an id. Followers leave the check to the
+    /// leader (their write is refused as `NotLeader` anyway).
+    fn check_registration(&self, id: NodeId, endpoints: &NodeEndpoints) -> Option<MetadataError> {
+        let m = self.raft.metrics().borrow().clone();
+        if m.current_leader != Some(self.id) {
+            return None;
+        }
+        match m.membership_config.membership().get_node(&id) {
+            None => Some(MetadataError::NotMember(id)),
+            Some(member) if member.http != endpoints.http => Some(MetadataError::DuplicateNodeId {
+                id,
+                member_http: member.http.clone(),
+                registering_http: endpoints.http.clone(),
+            }),
+            Some(_) => None,
         }
     }
 

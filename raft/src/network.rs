@@ -36,6 +36,35 @@ pub struct HttpNetwork {
     client: reqwest::Client,
 }
 
+/// An HTTP client for peer requests, sending `Authorization: Bearer <token>` on each when a
+/// token is given (a token that is not a valid header value is not sent, and peers will refuse
+/// this node's mutating requests with 401).
+pub fn http_client(token: Option<&str>) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(t) = token {
+        match reqwest::header::HeaderValue::from_str(&format!("Bearer {t}")) {
+            Ok(mut v) => {
+                v.set_sensitive(true);
+                headers.insert(reqwest::header::AUTHORIZATION, v);
+            }
+            Err(e) => tracing::warn!(error = %e, "admin token is not a valid header value"),
+        }
+    }
+    reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .unwrap_or_default()
+}
+
+impl HttpNetwork {
+    /// A network whose requests carry `token` (see [`http_client`]).
+    pub fn new(token: Option<&str>) -> Self {
+        HttpNetwork {
+            client: http_client(token),
+        }
+    }
+}
+
 /// A connection to one peer.
 #[derive(Debug, Clone)]
 pub struct HttpConnection {

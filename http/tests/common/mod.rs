@@ -31,17 +31,31 @@ pub async fn start_member(
     listener: TcpListener,
     voters: &BTreeMap<NodeId, NodeEndpoints>,
     dir: &std::path::Path,
+    token: Option<&str>,
 ) -> Member {
     let mut config = ClusterConfig::single(id, voters[&id].clone(), dir.to_owned());
     config.voters = voters.clone();
+    config.admin_token = token.map(str::to_owned);
     let node = ClusterNode::start(&config).await.expect("raft starts");
-    let server = zper_http::serve(listener, node.clone());
+    let app = zper_http::router_with(
+        node.clone(),
+        zper_http::AdminOptions {
+            admin_token: token.map(str::to_owned),
+            ..Default::default()
+        },
+    );
+    let server = zper_http::serve_router(listener, app);
     Member { node, server }
 }
 
 impl Cluster {
     /// Starts `n` voters (ids 1..=n) and waits for a leader.
     pub async fn start(n: u64) -> Cluster {
+        Self::start_with_token(n, None).await
+    }
+
+    /// As [`Cluster::start`], every member with admin token `token`.
+    pub async fn start_with_token(n: u64, token: Option<&str>) -> Cluster {
         let dirs: Vec<tempfile::TempDir> = (0..n)
             .map(|_| tempfile::tempdir().expect("tempdir"))
             .collect();
@@ -58,7 +72,7 @@ impl Cluster {
         let mut members = Vec::new();
         for (i, l) in listeners.into_iter().enumerate() {
             members.push(Some(
-                start_member(i as u64 + 1, l, &voters, dirs[i].path()).await,
+                start_member(i as u64 + 1, l, &voters, dirs[i].path(), token).await,
             ));
         }
         let c = Cluster {

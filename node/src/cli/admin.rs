@@ -7,6 +7,8 @@ use anyhow::{anyhow, bail, Result};
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
+use crate::cli::client::Targets;
+
 /// Where the admin API is.
 #[derive(Debug, Args)]
 pub struct AdminTarget {
@@ -16,6 +18,10 @@ pub struct AdminTarget {
     /// Print the API's JSON instead of a table.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Admin token for mutating commands on a node with `http.admin_token` set (default: from
+    /// --config).
+    #[arg(long, global = true, env = "ZPER_ADMIN_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
 }
 
 /// `zper topics` subcommands.
@@ -40,7 +46,8 @@ pub enum TopicsCommand {
         #[arg(long, value_parser = ["default", "distribution"])]
         policy: Option<String>,
     },
-    /// Show a topic's fragments: leader, epoch, replicas, in-sync replicas.
+    /// Show a topic's fragments: leader, epoch, replicas, in-sync replicas, and this node's
+    /// start/end offsets (`-` where it holds no copy).
     Describe {
         /// Topic name.
         name: String,
@@ -76,11 +83,17 @@ pub enum ClusterCommand {
 struct Api {
     base: String,
     client: reqwest::blocking::Client,
+    token: Option<String>,
 }
 
 impl Api {
-    fn new(admin: &str) -> Result<Self> {
+    fn new(target: &AdminTarget, defaults: &Targets) -> Result<Self> {
+        let admin = target.admin.as_deref().unwrap_or(&defaults.admin);
         Ok(Api {
+            token: target
+                .token
+                .clone()
+                .or_else(|| defaults.admin_token.clone()),
             base: format!("http://{admin}"),
             client: reqwest::blocking::Client::builder()
                 .timeout(Duration::from_secs(30))
@@ -90,6 +103,9 @@ impl Api {
 
     fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Result<Value> {
         let mut req = self.client.request(method, format!("{}{path}", self.base));
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
         if let Some(b) = body {
             req = req.json(&b);
         }
@@ -138,8 +154,8 @@ fn print(json_out: bool, value: &Value, table: impl FnOnce(&Value) -> String) {
 }
 
 /// Runs `zper topics ...`.
-pub fn topics(cmd: TopicsCommand, target: &AdminTarget, default_admin: &str) -> Result<()> {
-    let api = Api::new(target.admin.as_deref().unwrap_or(default_admin))?;
+pub fn topics(cmd: TopicsCommand, target: &AdminTarget, defaults: &Targets) -> Result<()> {
+    let api = Api::new(target, defaults)?;
     match cmd {
         TopicsCommand::List => {
             let v = api.call(reqwest::Method::GET, "/v1/topics", None)?;
@@ -194,17 +210,20 @@ pub fn topics(cmd: TopicsCommand, target: &AdminTarget, default_admin: &str) -> 
             let v = api.call(reqwest::Method::GET, &format!("/v1/topics/{name}"), None)?;
             print(target.json, &v, |v| {
                 let mut out = format!(
-                    "{:>8} {:>6} {:>6} {:<12} {}\n",
-                    "FRAGMENT", "LEADER", "EPOCH", "REPLICAS", "ISR"
+                    "{:>8} {:>6} {:>6} {:<12} {:<12} {:>12} {:>12}\n",
+                    "FRAGMENT", "LEADER", "EPOCH", "REPLICAS", "ISR", "START", "END"
                 );
+                let offset = |o: &Value| o.as_u64().map_or("-".to_owned(), |n| n.to_string());
                 for f in v["fragments"].as_array().into_iter().flatten() {
                     out += &format!(
-                        "{:>8} {:>6} {:>6} {:<12} {}\n",
+                        "{:>8} {:>6} {:>6} {:<12} {:<12} {:>12} {:>12}\n",
                         f["id"],
                         f["leader"],
                         f["leader_epoch"],
                         ids(&f["replicas"]),
-                        ids(&f["isr"])
+                        ids(&f["isr"]),
+                        offset(&f["start_offset"]),
+                        offset(&f["end_offset"])
                     );
                 }
                 out
@@ -221,8 +240,8 @@ pub fn topics(cmd: TopicsCommand, target: &AdminTarget, default_admin: &str) -> 
 }
 
 /// Runs `zper cluster ...`.
-pub fn cluster(cmd: ClusterCommand, target: &AdminTarget, default_admin: &str) -> Result<()> {
-    let api = Api::new(target.admin.as_deref().unwrap_or(default_admin))?;
+pub fn cluster(cmd: ClusterCommand, target: &AdminTarget, defaults: &Targets) -> Result<()> {
+    let api = Api::new(target, defaults)?;
     match cmd {
         ClusterCommand::Status => {
             let raft = api.call(reqwest::Method::GET, "/v1/raft", None)?;

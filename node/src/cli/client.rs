@@ -38,6 +38,8 @@ pub struct Targets {
     pub reader: String,
     /// HTTP admin address, `host:port`.
     pub admin: String,
+    /// The config's `http.admin_token`, sent by the admin commands.
+    pub admin_token: Option<String>,
 }
 
 impl Targets {
@@ -48,6 +50,7 @@ impl Targets {
                 writer: "tcp://127.0.0.1:5555".into(),
                 reader: "tcp://127.0.0.1:5556".into(),
                 admin: "127.0.0.1:9644".into(),
+                admin_token: None,
             }),
             Some(path) => {
                 let c = crate::NodeConfig::from_file(path)?;
@@ -59,6 +62,7 @@ impl Targets {
                         .http_advertise
                         .clone()
                         .unwrap_or_else(|| c.cluster.http_bind.replace("0.0.0.0:", "127.0.0.1:")),
+                    admin_token: c.cluster.admin_token.clone(),
                 })
             }
         }

@@ -27,7 +27,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run a node (the default when no subcommand is given).
-    Run,
+    Run(RunArgs),
     /// Send messages to a topic: the arguments, or stdin lines when there are none.
     Produce(produce::ProduceArgs),
     /// Print a topic's messages from an offset, optionally following the log.
@@ -53,4 +53,49 @@ pub enum Command {
         #[command(flatten)]
         target: admin::AdminTarget,
     },
+}
+
+/// Flags of `zper run`; each overrides the config file's key of the same meaning.
+#[derive(Debug, Default, clap::Args)]
+pub struct RunArgs {
+    /// This node's id, >= 1 (key `node.id`).
+    #[arg(long, value_name = "ID")]
+    pub node_id: Option<u64>,
+    /// The initial voters, `ID=HOST:PORT` of their HTTP admin address, comma-separated or
+    /// repeated (keys `controller.quorum.ID`; replaces the file's voters). A node whose id is not
+    /// among them waits to be added with `zper cluster add-node`.
+    #[arg(long = "voters", value_name = "ID=HOST:PORT", value_delimiter = ',')]
+    pub voters: Vec<String>,
+    /// Any other key, `KEY=VALUE` (repeatable), for example `--set http.bind=0.0.0.0:9645`.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+}
+
+impl RunArgs {
+    /// The flags as config (key, value) overrides, in order: `--set`, then `--node-id`, then
+    /// `--voters`.
+    ///
+    /// Errors: a `--voters` or `--set` item without `=`, naming the item.
+    pub fn overrides(&self) -> Result<Vec<(String, String)>, String> {
+        let mut out = Vec::new();
+        for item in &self.set {
+            let (k, v) = item
+                .split_once('=')
+                .ok_or_else(|| format!("--set {item:?}: expected KEY=VALUE"))?;
+            out.push((k.trim().to_owned(), v.trim().to_owned()));
+        }
+        if let Some(id) = self.node_id {
+            out.push(("node.id".into(), id.to_string()));
+        }
+        for item in &self.voters {
+            let (id, addr) = item
+                .split_once('=')
+                .ok_or_else(|| format!("--voters {item:?}: expected ID=HOST:PORT"))?;
+            out.push((
+                format!("controller.quorum.{}", id.trim()),
+                addr.trim().to_owned(),
+            ));
+        }
+        Ok(out)
+    }
 }

@@ -198,6 +198,8 @@ pub struct ChildNode {
     pub reader: String,
     pub ack: String,
     pub config: PathBuf,
+    /// Arguments after `--config FILE` (e.g. `run --node-id 4`).
+    pub args: Vec<String>,
 }
 
 impl ChildNode {
@@ -208,6 +210,11 @@ impl ChildNode {
 
     /// As [`ChildNode::start`] with the HTTP admin on 127.0.0.1:`h`.
     pub fn start_on(data_dir: &Path, h: u16, extra: &str) -> ChildNode {
+        Self::start_on_with_args(data_dir, h, extra, &[])
+    }
+
+    /// As [`ChildNode::start_on`], with command-line `args` after `--config FILE`.
+    pub fn start_on_with_args(data_dir: &Path, h: u16, extra: &str, args: &[&str]) -> ChildNode {
         let (w, r, a) = (free_port(), free_port(), free_port());
         let config = data_dir.with_extension("properties");
         std::fs::write(
@@ -221,13 +228,19 @@ impl ChildNode {
             ),
         )
         .expect("write config");
-        Self::spawn(&config, w, r, a)
+        let args: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
+        Self::spawn_with_args(&config, w, r, a, args)
     }
 
     pub fn spawn(config: &Path, w: u16, r: u16, a: u16) -> ChildNode {
+        Self::spawn_with_args(config, w, r, a, Vec::new())
+    }
+
+    pub fn spawn_with_args(config: &Path, w: u16, r: u16, a: u16, args: Vec<String>) -> ChildNode {
         let child = Command::new(env!("CARGO_BIN_EXE_zper"))
             .arg("--config")
             .arg(config)
+            .args(&args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -238,6 +251,7 @@ impl ChildNode {
             reader: format!("tcp://127.0.0.1:{r}"),
             ack: format!("tcp://127.0.0.1:{a}"),
             config: config.to_owned(),
+            args,
         };
         assert!(
             eventually(|| std::net::TcpStream::connect(("127.0.0.1", r)).is_ok()),
@@ -256,7 +270,8 @@ impl ChildNode {
         };
         let (w, r, a) = (port(&self.writer), port(&self.reader), port(&self.ack));
         let config = self.config.clone();
-        *self = Self::spawn(&config, w, r, a);
+        let args = std::mem::take(&mut self.args);
+        *self = Self::spawn_with_args(&config, w, r, a, args);
     }
 
     pub fn kill9(&mut self) {

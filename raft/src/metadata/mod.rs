@@ -176,6 +176,21 @@ pub enum MetadataError {
         /// Why.
         reason: String,
     },
+    /// A node that is not a voter or learner of the Raft group tried to register (a node
+    /// not yet added, or removed).
+    #[error("node {0} is not a member of the Raft group: add it first (zper cluster add-node)")]
+    NotMember(NodeId),
+    /// A node registered with an id whose Raft membership entry names another address: two
+    /// processes share one `node.id`, or `http.advertise` is not the address the voters list.
+    #[error("node id {id} belongs to the node at {member_http}, but {registering_http} registered with it: duplicate node.id, or http.advertise differs from controller.quorum.{id}")]
+    DuplicateNodeId {
+        /// The id.
+        id: NodeId,
+        /// The address in the Raft membership.
+        member_http: String,
+        /// The address the registering node advertises.
+        registering_http: String,
+    },
     /// A count out of range.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
