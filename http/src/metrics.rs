@@ -8,17 +8,49 @@ use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
-use prometheus::{Encoder, IntGauge, Opts, Registry, TextEncoder};
+use prometheus::{Encoder, IntCounterVec, IntGauge, Opts, Registry, TextEncoder};
 use zper_raft::ClusterNode;
 
-/// Raft gauges of one node: term, leader id, last log index, applied index, voters.
+/// Raft metrics of one node: term, leader id, last log, commit and applied index, voters,
+/// proposal counts and latency.
 pub struct RaftCollector {
     node: ClusterNode,
     term: IntGauge,
     leader: IntGauge,
     last_log: IntGauge,
+    commit: IntGauge,
     applied: IntGauge,
     voters: IntGauge,
+    proposals: IntCounterVec,
+}
+
+/// The commit index as this node knows it: on the leader, the highest index stored on a
+/// quorum of voters (from its replication progress); elsewhere the applied index, a lower
+/// bound (openraft 0.9 does not report a follower's commit index).
+pub fn commit_index(m: &openraft::RaftMetrics<zper_raft::NodeId, zper_raft::NodeEndpoints>) -> u64 {
+    let applied = m.last_applied.map_or(0, |l| l.index);
+    let Some(replication) = m.replication.as_ref() else {
+        return applied;
+    };
+    let voters: Vec<zper_raft::NodeId> = m.membership_config.membership().voter_ids().collect();
+    let mut matched: Vec<u64> = voters
+        .iter()
+        .map(|v| {
+            if *v == m.id {
+                m.last_log_index.unwrap_or(0)
+            } else {
+                replication
+                    .get(v)
+                    .and_then(|l| l.as_ref())
+                    .map_or(0, |l| l.index)
+            }
+        })
+        .collect();
+    if matched.is_empty() {
+        return applied;
+    }
+    matched.sort_unstable_by(|a, b| b.cmp(a));
+    matched[voters.len() / 2].max(applied)
 }
 
 fn gauge(name: &str, help: &str) -> prometheus::Result<IntGauge> {
@@ -41,19 +73,31 @@ impl RaftCollector {
                 "zper_raft_last_log_index",
                 "Index of the last Raft log entry.",
             )?,
+            commit: gauge(
+                "zper_raft_commit_index",
+                "Raft commit index (on followers: the applied index, a lower bound).",
+            )?,
             applied: gauge(
                 "zper_raft_applied_index",
                 "Index of the last applied Raft entry.",
             )?,
             voters: gauge("zper_raft_voters", "Voters in the Raft membership.")?,
+            proposals: IntCounterVec::new(
+                Opts::new(
+                    "zper_raft_proposals_total",
+                    "Metadata commands proposed by this node as leader, by result.",
+                ),
+                &["result"],
+            )?,
         })
     }
 
-    fn all(&self) -> [&IntGauge; 5] {
+    fn all(&self) -> [&IntGauge; 6] {
         [
             &self.term,
             &self.leader,
             &self.last_log,
+            &self.commit,
             &self.applied,
             &self.voters,
         ]
@@ -62,7 +106,10 @@ impl RaftCollector {
 
 impl Collector for RaftCollector {
     fn desc(&self) -> Vec<&Desc> {
-        self.all().into_iter().flat_map(|g| g.desc()).collect()
+        let mut d: Vec<&Desc> = self.all().into_iter().flat_map(|g| g.desc()).collect();
+        d.extend(self.proposals.desc());
+        d.extend(self.node.proposals.seconds.desc());
+        d
     }
 
     fn collect(&self) -> Vec<MetricFamily> {
@@ -74,7 +121,19 @@ impl Collector for RaftCollector {
         self.applied.set(i(m.last_applied.map_or(0, |l| l.index)));
         self.voters
             .set(m.membership_config.membership().voter_ids().count() as i64);
-        self.all().into_iter().flat_map(|g| g.collect()).collect()
+        self.commit.set(i(commit_index(&m)));
+        let p = &self.node.proposals;
+        for (result, counter) in [("committed", &p.committed), ("failed", &p.failed)] {
+            let c = self.proposals.with_label_values(&[result]);
+            let value = counter.load(std::sync::atomic::Ordering::Relaxed);
+            if value > c.get() {
+                c.inc_by(value - c.get());
+            }
+        }
+        let mut out: Vec<MetricFamily> = self.all().into_iter().flat_map(|g| g.collect()).collect();
+        out.extend(self.proposals.collect());
+        out.extend(p.seconds.collect());
+        out
     }
 }
 

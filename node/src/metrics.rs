@@ -2,10 +2,34 @@
 //! Plain atomics on the hot path; [`CountersCollector`] exports them on HTTP `/metrics` as
 //! Prometheus counters (`zper_` prefix, `_total` suffix).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::RwLock;
+
+/// Per-topic data-path counters (monotonic, since start).
+#[derive(Debug, Default)]
+pub struct TopicCounters {
+    /// Messages appended.
+    pub messages_written: AtomicU64,
+    /// Record bytes appended.
+    pub bytes_written: AtomicU64,
+    /// Whole messages served by FETCH and stream replies.
+    pub messages_fetched: AtomicU64,
+    /// Record (FETCH) or payload (stream) bytes served.
+    pub bytes_fetched: AtomicU64,
+}
+
+/// The zmq endpoints whose open connections are counted, in [`Counters::connections`] order.
+pub const ENDPOINTS: [&str; 4] = ["writer", "reader", "ack", "controller"];
+
+/// Upper bounds of the flush latency buckets, seconds (50 µs to ~1.6 s, doubling).
+pub const FLUSH_BUCKETS: [f64; 16] = [
+    0.000_05, 0.000_1, 0.000_2, 0.000_4, 0.000_8, 0.001_6, 0.003_2, 0.006_4, 0.012_8, 0.025_6,
+    0.051_2, 0.102_4, 0.204_8, 0.409_6, 0.819_2, 1.638_4,
+];
 
 /// Event counters of one node (monotonic, since start).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Counters {
     /// Messages appended to the store.
     pub messages_stored: AtomicU64,
@@ -29,6 +53,44 @@ pub struct Counters {
     pub replies_dropped: AtomicU64,
     /// Flush notices published on the ack endpoint.
     pub flush_notices: AtomicU64,
+    /// fdatasync calls that made appended bytes durable.
+    pub flushes: AtomicU64,
+    /// Their durations, seconds (`zper_flush_duration_seconds`).
+    pub flush_seconds: prometheus::Histogram,
+    /// Open connections per endpoint, in [`ENDPOINTS`] order (accepted minus disconnected).
+    pub connections: [AtomicI64; 4],
+    topics: RwLock<BTreeMap<String, std::sync::Arc<TopicCounters>>>,
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        #[allow(clippy::expect_used)] // static options: the buckets are sorted and the name valid
+        let flush_seconds = prometheus::Histogram::with_opts(
+            prometheus::HistogramOpts::new(
+                "zper_flush_duration_seconds",
+                "Time to make appended bytes durable (fdatasync), seconds.",
+            )
+            .buckets(FLUSH_BUCKETS.to_vec()),
+        )
+        .expect("valid histogram options");
+        Counters {
+            messages_stored: AtomicU64::new(0),
+            bytes_stored: AtomicU64::new(0),
+            invalid_identity: AtomicU64::new(0),
+            oversized_frames: AtomicU64::new(0),
+            empty_messages: AtomicU64::new(0),
+            append_errors: AtomicU64::new(0),
+            acks_dropped: AtomicU64::new(0),
+            acks_sent: AtomicU64::new(0),
+            bad_requests: AtomicU64::new(0),
+            replies_dropped: AtomicU64::new(0),
+            flush_notices: AtomicU64::new(0),
+            flushes: AtomicU64::new(0),
+            flush_seconds,
+            connections: Default::default(),
+            topics: RwLock::new(BTreeMap::new()),
+        }
+    }
 }
 
 impl Counters {
@@ -41,11 +103,31 @@ impl Counters {
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
     }
+
+    /// The counters of `topic`, created on first use (callers on the hot path keep the `Arc`).
+    pub fn topic(&self, topic: &str) -> std::sync::Arc<TopicCounters> {
+        if let Ok(map) = self.topics.read() {
+            if let Some(t) = map.get(topic) {
+                return t.clone();
+            }
+        }
+        match self.topics.write() {
+            Ok(mut map) => map.entry(topic.to_owned()).or_default().clone(),
+            Err(_) => std::sync::Arc::default(),
+        }
+    }
+
+    fn topic_snapshot(&self) -> Vec<(String, std::sync::Arc<TopicCounters>)> {
+        self.topics
+            .read()
+            .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default()
+    }
 }
 
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
-use prometheus::{IntCounter, IntCounterVec, Opts};
+use prometheus::{IntCounter, IntCounterVec, IntGaugeVec, Opts};
 use std::sync::Arc;
 
 /// Exports [`Counters`] to Prometheus at scrape time.
@@ -57,7 +139,13 @@ pub struct CountersCollector {
     acks_dropped: IntCounter,
     replies_dropped: IntCounter,
     flush_notices: IntCounter,
+    flushes: IntCounter,
     rejected: IntCounterVec,
+    topic_messages_written: IntCounterVec,
+    topic_bytes_written: IntCounterVec,
+    topic_messages_fetched: IntCounterVec,
+    topic_bytes_fetched: IntCounterVec,
+    connections: IntGaugeVec,
 }
 
 /// Moves a Prometheus counter up to `value` (counters only increase).
@@ -97,6 +185,10 @@ impl CountersCollector {
                 "zper_flush_notices_total",
                 "Flush notices published on the ack endpoint.",
             )?,
+            flushes: c(
+                "zper_flushes_total",
+                "fdatasync calls that made appended bytes durable.",
+            )?,
             rejected: IntCounterVec::new(
                 Opts::new(
                     "zper_rejected_total",
@@ -104,10 +196,42 @@ impl CountersCollector {
                 ),
                 &["reason"],
             )?,
+            topic_messages_written: per_topic(
+                "zper_topic_messages_written_total",
+                "Messages appended, by topic.",
+            )?,
+            topic_bytes_written: per_topic(
+                "zper_topic_bytes_written_total",
+                "Record bytes appended, by topic.",
+            )?,
+            topic_messages_fetched: per_topic(
+                "zper_topic_messages_fetched_total",
+                "Whole messages served to readers, by topic.",
+            )?,
+            topic_bytes_fetched: per_topic(
+                "zper_topic_bytes_fetched_total",
+                "Bytes served to readers, by topic.",
+            )?,
+            connections: IntGaugeVec::new(
+                Opts::new(
+                    "zper_open_connections",
+                    "Open zmq connections, by endpoint.",
+                ),
+                &["endpoint"],
+            )?,
         })
     }
 
-    fn singles(&self) -> [&IntCounter; 6] {
+    fn per_topic_vecs(&self) -> [&IntCounterVec; 4] {
+        [
+            &self.topic_messages_written,
+            &self.topic_bytes_written,
+            &self.topic_messages_fetched,
+            &self.topic_bytes_fetched,
+        ]
+    }
+
+    fn singles(&self) -> [&IntCounter; 7] {
         [
             &self.messages,
             &self.bytes,
@@ -115,14 +239,22 @@ impl CountersCollector {
             &self.acks_dropped,
             &self.replies_dropped,
             &self.flush_notices,
+            &self.flushes,
         ]
     }
+}
+
+fn per_topic(name: &str, help: &str) -> prometheus::Result<IntCounterVec> {
+    IntCounterVec::new(Opts::new(name, help), &["topic"])
 }
 
 impl Collector for CountersCollector {
     fn desc(&self) -> Vec<&Desc> {
         let mut d: Vec<&Desc> = self.singles().into_iter().flat_map(|c| c.desc()).collect();
         d.extend(self.rejected.desc());
+        d.extend(self.per_topic_vecs().into_iter().flat_map(|v| v.desc()));
+        d.extend(self.connections.desc());
+        d.extend(self.counters.flush_seconds.desc());
         d
     }
 
@@ -134,6 +266,22 @@ impl Collector for CountersCollector {
         catch_up(&self.acks_dropped, Counters::get(&k.acks_dropped));
         catch_up(&self.replies_dropped, Counters::get(&k.replies_dropped));
         catch_up(&self.flush_notices, Counters::get(&k.flush_notices));
+        catch_up(&self.flushes, Counters::get(&k.flushes));
+        for (topic, t) in k.topic_snapshot() {
+            for (vec, value) in [
+                (&self.topic_messages_written, &t.messages_written),
+                (&self.topic_bytes_written, &t.bytes_written),
+                (&self.topic_messages_fetched, &t.messages_fetched),
+                (&self.topic_bytes_fetched, &t.bytes_fetched),
+            ] {
+                catch_up(&vec.with_label_values(&[&topic]), Counters::get(value));
+            }
+        }
+        for (endpoint, open) in ENDPOINTS.iter().zip(&k.connections) {
+            self.connections
+                .with_label_values(&[*endpoint])
+                .set(open.load(Ordering::Relaxed).max(0));
+        }
         for (reason, value) in [
             ("invalid_identity", &k.invalid_identity),
             ("oversized_frame", &k.oversized_frames),
@@ -152,6 +300,9 @@ impl Collector for CountersCollector {
             .flat_map(|c| c.collect())
             .collect();
         out.extend(self.rejected.collect());
+        out.extend(self.per_topic_vecs().into_iter().flat_map(|v| v.collect()));
+        out.extend(self.connections.collect());
+        out.extend(self.counters.flush_seconds.collect());
         out
     }
 }

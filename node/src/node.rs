@@ -158,12 +158,29 @@ impl Node {
             crate::cluster::Member::start(config, &endpoints, counters.clone(), store.clone())?;
         endpoints.http = member.http.clone();
 
+        let mut monitors = Vec::new();
+        // Sockets in crate::metrics::ENDPOINTS order.
+        for (index, socket) in [&w, &r, &p, &c].into_iter().enumerate() {
+            match crate::endpoint::monitor::watch(
+                &ctx,
+                socket,
+                index,
+                counters.clone(),
+                stop.clone(),
+            ) {
+                Ok(t) => monitors.push(t),
+                Err(e) => warn!(endpoint = index, error = %e, "no connection monitor"),
+            }
+        }
         let (notice_tx, notice_rx) = crossbeam_channel::unbounded();
         let ack_counters = counters.clone();
-        let mut threads = vec![std::thread::Builder::new()
-            .name("zper-ack".into())
-            .spawn(move || ack::run(p, notice_rx, ack_counters))
-            .map_err(|_| zmq::Error::EMFILE)?];
+        let mut threads = monitors;
+        threads.push(
+            std::thread::Builder::new()
+                .name("zper-ack".into())
+                .spawn(move || ack::run(p, notice_rx, ack_counters))
+                .map_err(|_| zmq::Error::EMFILE)?,
+        );
         let writer = writer::start(
             &ctx,
             w,

@@ -153,6 +153,66 @@ fn metrics_export_data_path_counters_and_raft_gauges_in_prometheus_text() {
         metric(&text, "zper_raft_term").is_some_and(|t| t >= 1.0),
         "{text}"
     );
+    // Per topic, written and fetched.
+    assert_eq!(
+        metric(
+            &text,
+            r#"zper_topic_messages_written_total{topic="metered"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(&text, r#"zper_topic_bytes_written_total{topic="metered"}"#),
+        Some(10.0)
+    );
+    assert_eq!(n.read_all("metered").len(), 10);
+    let scrape = || {
+        http("GET", &admin, "/metrics", None)
+            .map(|(_, b)| b)
+            .unwrap_or_default()
+    };
+    assert!(eventually(|| metric(
+        &scrape(),
+        r#"zper_topic_messages_fetched_total{topic="metered"}"#
+    ) == Some(1.0)));
+    let text = scrape();
+    assert_eq!(
+        metric(&text, r#"zper_topic_bytes_fetched_total{topic="metered"}"#),
+        Some(10.0)
+    );
+    // Flushes and their latency histogram (mode 1 acked only after one).
+    assert!(
+        metric(&text, "zper_flushes_total").is_some_and(|f| f >= 1.0),
+        "{text}"
+    );
+    assert_eq!(
+        metric(&text, "zper_flush_duration_seconds_count"),
+        metric(&text, "zper_flushes_total")
+    );
+    // Raft: commit index and proposal latency (the node registers itself through Raft).
+    let committed = || {
+        metric(
+            &scrape(),
+            r#"zper_raft_proposals_total{result="committed"}"#,
+        )
+    };
+    assert!(eventually(|| committed().is_some_and(|c| c >= 1.0)));
+    let text = scrape();
+    assert!(metric(&text, "zper_raft_commit_index").is_some_and(|c| c >= 1.0));
+    assert!(metric(&text, "zper_raft_proposal_duration_seconds_count").is_some_and(|c| c >= 1.0));
+    // Open connections follow the clients: two writer clients, then one.
+    let writer_conns = || metric(&scrape(), r#"zper_open_connections{endpoint="writer"}"#);
+    assert!(
+        eventually(|| writer_conns() == Some(2.0)),
+        "{:?}",
+        writer_conns()
+    );
+    drop(bad);
+    assert!(
+        eventually(|| writer_conns() == Some(1.0)),
+        "{:?}",
+        writer_conns()
+    );
 }
 
 fn zper_cli(args: &[&str]) -> std::process::Output {

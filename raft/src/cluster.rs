@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -119,7 +120,45 @@ pub struct ClusterNode {
     pub state: StateMachineStore,
     /// This node's id.
     pub id: NodeId,
+    /// Latency and outcome of the proposals this node made as leader.
+    pub proposals: Arc<ProposalStats>,
     http: reqwest::Client,
+}
+
+/// Upper bounds of the proposal latency buckets, seconds (250 µs to ~8 s, doubling).
+pub const PROPOSAL_BUCKETS: [f64; 16] = [
+    0.000_25, 0.000_5, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024,
+    2.048, 4.096, 8.192,
+];
+
+/// Proposals written by this node as leader: time from `client_write` to applied, and counts.
+#[derive(Debug)]
+pub struct ProposalStats {
+    /// Committed-and-applied latency, seconds (`zper_raft_proposal_duration_seconds`).
+    pub seconds: prometheus::Histogram,
+    /// Proposals that committed (whether the command was applied or refused).
+    pub committed: std::sync::atomic::AtomicU64,
+    /// Proposals that did not commit here (not leader, timeout, membership change).
+    pub failed: std::sync::atomic::AtomicU64,
+}
+
+impl Default for ProposalStats {
+    fn default() -> Self {
+        #[allow(clippy::expect_used)] // static options: sorted buckets and a valid name
+        let seconds = prometheus::Histogram::with_opts(
+            prometheus::HistogramOpts::new(
+                "zper_raft_proposal_duration_seconds",
+                "Time from proposing a metadata command as leader to its being applied, seconds.",
+            )
+            .buckets(PROPOSAL_BUCKETS.to_vec()),
+        )
+        .expect("valid histogram options");
+        ProposalStats {
+            seconds,
+            committed: Default::default(),
+            failed: Default::default(),
+        }
+    }
 }
 
 impl ClusterNode {
@@ -160,6 +199,7 @@ impl ClusterNode {
             raft,
             state: sm,
             id: config.id,
+            proposals: Arc::default(),
             http: crate::network::http_client(config.admin_token.as_deref()),
         })
     }
@@ -174,14 +214,29 @@ impl ClusterNode {
                 return Ok(Err(refused));
             }
         }
+        let started = std::time::Instant::now();
         let written = tokio::time::timeout(WRITE_TIMEOUT, self.raft.client_write(command))
             .await
             .map_err(|_| {
+                self.proposals.failed.fetch_add(1, Ordering::Relaxed);
                 ClusterError::Write(format!(
                     "not committed within {} s (no quorum?); it may still commit later",
                     WRITE_TIMEOUT.as_secs()
                 ))
             })?;
+        match &written {
+            Ok(_) => {
+                self.proposals.committed.fetch_add(1, Ordering::Relaxed);
+                self.proposals
+                    .seconds
+                    .observe(started.elapsed().as_secs_f64());
+            }
+            // Not a failure: the caller forwards to the leader.
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {}
+            Err(_) => {
+                self.proposals.failed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         match written {
             Ok(resp) => Ok(resp.data),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {

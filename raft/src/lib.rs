@@ -19,7 +19,7 @@ pub mod network;
 pub mod state_machine;
 mod types;
 
-pub use cluster::{ClusterConfig, ClusterError, ClusterNode};
+pub use cluster::{ClusterConfig, ClusterError, ClusterNode, ProposalStats};
 pub use log_store::LogStore;
 pub use state_machine::StateMachineStore;
 pub use types::{NodeEndpoints, NodeId, TypeConfig};

@@ -3,6 +3,7 @@
 
 pub mod ack;
 pub mod controller;
+pub(crate) mod monitor;
 pub mod reader;
 pub mod writer;
 

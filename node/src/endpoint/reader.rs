@@ -118,11 +118,33 @@ fn work(
         if matches!(reply, ReaderReply::Status(Status::InvalidCommand)) {
             Counters::add(&counters.bad_requests, 1);
         }
+        count_fetched(&counters, &req.routing_id, &reply);
         let out = req.reply(reply.into_frames());
         if push.send_multipart(out, 0).is_err() {
             Counters::add(&counters.replies_dropped, 1);
         }
     }
+}
+
+/// Adds a FETCH or stream reply's messages and bytes to its topic's counters.
+fn count_fetched(counters: &Counters, routing_id: &[u8], reply: &ReaderReply) {
+    let (messages, bytes) = match reply {
+        ReaderReply::Data(b) if !b.is_empty() => (
+            zper_wire::Records::new(b).filter(|r| !r.more).count() as u64,
+            b.len() as u64,
+        ),
+        ReaderReply::Stream { payloads, .. } if !payloads.is_empty() => (
+            payloads.len() as u64,
+            payloads.iter().map(|p| p.len() as u64).sum(),
+        ),
+        _ => return,
+    };
+    let Ok(topic) = zper_wire::topic_of(routing_id) else {
+        return;
+    };
+    let t = counters.topic(topic);
+    Counters::add(&t.messages_fetched, messages);
+    Counters::add(&t.bytes_fetched, bytes);
 }
 
 /// Answers one request (routing id = the client's ZPER identity, frames after the envelope).

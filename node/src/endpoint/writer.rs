@@ -327,6 +327,8 @@ struct Waiter {
 /// A worker's view of one topic.
 struct TopicWork {
     log: Arc<TopicLog>,
+    /// This topic's metrics.
+    stats: Arc<crate::metrics::TopicCounters>,
     /// First frame of the last message appended.
     last_id: Vec<u8>,
     /// Flushed offset last published on the ack endpoint.
@@ -403,6 +405,7 @@ impl Worker {
                         name.clone(),
                         TopicWork {
                             log,
+                            stats: self.counters.topic(name),
                             last_id: Vec::new(),
                             published_end,
                             per_flush: HashMap::new(),
@@ -461,6 +464,8 @@ impl Worker {
         };
         Counters::add(&counters.messages_stored, messages);
         Counters::add(&counters.bytes_stored, bytes.len() as u64);
+        Counters::add(&work.stats.messages_written, messages);
+        Counters::add(&work.stats.bytes_written, bytes.len() as u64);
         let start_offset = end - bytes.len() as u64;
         for a in run {
             let waiter_end = start_offset + (a.bytes_end - base) as u64;
@@ -496,9 +501,19 @@ impl Worker {
         for (name, work) in self.topics.iter_mut() {
             let (pending, first) = work.log.pending().unwrap_or((0, None));
             if force || self.policy.due(pending, first, work.has_waiters(), now) {
-                if let Err(e) = work.log.flush() {
-                    error!(topic = %name, error = %e, "flush failed");
-                    continue;
+                let started = Instant::now();
+                match work.log.flush() {
+                    Ok(outcome) if outcome.messages > 0 => {
+                        Counters::add(&self.counters.flushes, 1);
+                        self.counters
+                            .flush_seconds
+                            .observe(started.elapsed().as_secs_f64());
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        error!(topic = %name, error = %e, "flush failed");
+                        continue;
+                    }
                 }
             }
             let Ok(flushed) = work.log.flushed_end() else {
