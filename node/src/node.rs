@@ -255,6 +255,18 @@ impl Node {
         &self.store
     }
 
+    /// The node's Raft member (metadata, leader, proposal stats).
+    ///
+    /// Panics: never while the node runs (the member is taken only by [`Node::shutdown`],
+    /// which consumes the node).
+    pub fn cluster(&self) -> zper_raft::ClusterNode {
+        #[allow(clippy::expect_used)] // invariant: present until shutdown consumes self
+        self.member
+            .as_ref()
+            .map(|m| m.node())
+            .expect("member runs until shutdown")
+    }
+
     /// Stops every endpoint, lets the writer workers append and flush what they hold, and
     /// flushes every topic.
     pub fn shutdown(mut self) -> Result<(), NodeError> {

@@ -126,6 +126,52 @@ fn perf_tools_count_what_they_claim() {
 }
 
 #[test]
+fn perf_metadata_counts_the_commits_it_claims() {
+    let n = TestNode::start();
+    let admin = n.node().endpoints().http.clone();
+    let node = n.node().cluster();
+    assert!(
+        eventually(|| node.state.metadata().nodes.contains_key(&1)),
+        "registered"
+    );
+    let before = node
+        .proposals
+        .committed
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let o = zper(&[
+        "perf", "metadata", "--admin", &admin, "-n", "20", "-c", "2", "--prefix", "pm",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    let line = stdout(&o);
+    assert_eq!(field(&line, "commits"), "20", "{line}");
+    assert_eq!(field(&line, "errors"), "0", "{line}");
+    assert!(!field(&line, "p99_ms").is_empty());
+    let after = node
+        .proposals
+        .committed
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        after >= before + 20,
+        "{before} -> {after}: each write is a Raft commit"
+    );
+    // Creates and deletes alternate, so nothing is left behind.
+    assert!(node.state.metadata().topics.is_empty());
+    // Nothing to write to: a clear error, not a hang.
+    let o = zper(&[
+        "perf",
+        "metadata",
+        "--admin",
+        "127.0.0.1:1",
+        "-n",
+        "2",
+        "--prefix",
+        "pm",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no metadata write committed"));
+}
+
+#[test]
 fn consume_reads_a_message_larger_than_one_fetch() {
     let n = TestNode::start();
     let big = "y".repeat(5000);

@@ -79,8 +79,13 @@ fn three_processes_elect_survive_sigkill_of_the_leader_and_catch_up() {
         .expect("leader") as usize;
     let follower = (1..=3).find(|n| *n != leader).expect("follower");
     // Topic create on a follower succeeds via forwarding.
-    let (s, body) =
-        http("POST", &addr(follower - 1), "/v1/topics/first", Some("{}")).expect("answer");
+    let (s, body) = http(
+        "POST",
+        &addr(follower - 1),
+        "/v1/topics/first",
+        Some(r#"{"fragments": 3}"#),
+    )
+    .expect("answer");
     assert_eq!(s, 201, "{body}");
     assert!(eventually(
         || (0..3).all(|i| topic_names(&addr(i)) == ["first"])
@@ -94,6 +99,24 @@ fn three_processes_elect_survive_sigkill_of_the_leader_and_catch_up() {
     }));
     // The survivors renew their leases with the new leader (the killed one's lapses).
     assert!(eventually(|| live(follower - 1) == 2), "two live brokers");
+    // Its lease ended: the fragment it led moves to an in-sync replica, with a new epoch.
+    assert!(
+        eventually(|| {
+            let t = get_json(&addr(follower - 1), "/v1/topics/first");
+            let fragments = t["fragments"].as_array().cloned().unwrap_or_default();
+            fragments.len() == 3
+                && fragments.iter().all(|f| f["leader"] != json!(leader))
+                && fragments.iter().any(|f| {
+                    f["leader_epoch"] == json!(1)
+                        && f["last_change"]["kind"] == json!("leases_expired")
+                        && !f["isr"]
+                            .as_array()
+                            .is_some_and(|isr| isr.contains(&json!(leader)))
+                })
+        }),
+        "{}",
+        get_json(&addr(follower - 1), "/v1/topics/first")
+    );
     let (s, body) =
         http("POST", &addr(follower - 1), "/v1/topics/second", Some("{}")).expect("answer");
     assert_eq!(s, 201, "{body}");

@@ -5,6 +5,7 @@ pub mod admin;
 pub mod client;
 pub mod consume;
 pub mod perf;
+pub mod perf_metadata;
 pub mod produce;
 
 use std::path::PathBuf;

@@ -30,6 +30,9 @@ pub enum PerfCommand {
     Raw(RawArgs),
     /// Baseline: latency of one small append + fdatasync in a directory.
     Fsync(FsyncArgs),
+    /// Raft metadata commits/s and latency through the HTTP admin API (create/delete topics);
+    /// with --retry-ms, the time to the first commit (run right after killing the leader).
+    Metadata(super::perf_metadata::MetadataArgs),
 }
 
 /// Options of `zper perf produce` (names as ProducerPerformance, §10.2).
@@ -108,6 +111,7 @@ pub fn run(cmd: PerfCommand, targets: &Targets) -> Result<()> {
         PerfCommand::Consume(a) => consume(a, targets),
         PerfCommand::Raw(a) => raw(a),
         PerfCommand::Fsync(a) => fsync(a),
+        PerfCommand::Metadata(a) => super::perf_metadata::run(a, targets),
     }
 }
 
@@ -130,7 +134,8 @@ fn progress(total: u64) -> ProgressBar {
     pb
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> f64 {
+/// The `p` quantile (0..=1) of ascending `sorted` durations, in ms (0 when empty).
+pub(crate) fn percentile(sorted: &[Duration], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
@@ -138,7 +143,8 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
     sorted[i].as_secs_f64() * 1000.0
 }
 
-fn summary(tool: &str, fields: &[(&str, String)]) {
+/// Prints `perf <tool> key=value ...`.
+pub(crate) fn summary(tool: &str, fields: &[(&str, String)]) {
     let body: Vec<String> = fields.iter().map(|(k, v)| format!("{k}={v}")).collect();
     println!("perf {tool} {}", body.join(" "));
 }
