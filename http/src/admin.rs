@@ -54,9 +54,26 @@ pub(crate) struct ReadMode {
 }
 
 async fn read_check(node: &ClusterNode, mode: &ReadMode) -> Result<(), ApiError> {
+    use openraft::error::{CheckIsLeaderError, RaftError};
     if mode.consistent {
         node.raft.ensure_linearizable().await.map_err(|e| {
-            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_leader", e.to_string())
+            let message = match e {
+                RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)) => {
+                    match (f.leader_id, f.leader_node) {
+                        (Some(id), Some(n)) => format!(
+                            "not the leader: a consistent read must go to the leader, node {id} at {}",
+                            n.http
+                        ),
+                        _ => "not the leader, and no leader is known (election in progress?)"
+                            .to_owned(),
+                    }
+                }
+                RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(q)) => {
+                    format!("this leader cannot reach a quorum: {q}")
+                }
+                RaftError::Fatal(f) => format!("raft stopped: {f}"),
+            };
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_leader", message)
         })?;
     }
     Ok(())
@@ -337,11 +354,11 @@ async fn add_node(
 ) -> Result<(StatusCode, Json<Voters>), ApiError> {
     let req: AddNode = serde_json::from_slice(&body)
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", e.to_string()))?;
-    if req.id == 0 || !req.http.contains(':') {
+    if req.id == 0 || !zper_raft::valid_http_address(&req.http) {
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
             "invalid_argument",
-            "id must be >= 1 and http a host:port",
+            "id must be >= 1 and http a host:port (no scheme or path)",
         ));
     }
     let endpoints = NodeEndpoints {
@@ -358,7 +375,15 @@ async fn remove_node(
     State(node): State<ClusterNode>,
     Path(id): Path<NodeId>,
 ) -> Result<StatusCode, ApiError> {
-    if !voters(&node).voters.contains(&id) {
+    let current = voters(&node).voters;
+    if current == [id] {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "last_voter",
+            format!("node {id} is the only voter: a cluster cannot remove its last voter"),
+        ));
+    }
+    if !current.contains(&id) {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "unknown_node",

@@ -162,12 +162,41 @@ async fn admin_routes_answer_json_and_errors_have_code_and_message() {
             400,
             "invalid_argument",
         ),
+        (
+            reqwest::Method::POST,
+            "/v1/topics/x",
+            Some(r#"{"retain_hours": 0}"#),
+            400,
+            "invalid_argument",
+        ),
+        (
+            reqwest::Method::POST,
+            "/v1/cluster/nodes",
+            Some(r#"{"id": 5, "http": "http://evil.example/x?y="}"#),
+            400,
+            "invalid_argument",
+        ),
     ] {
         let (s, v) = call(method.clone(), &format!("{f}{path}"), body).await;
         assert_eq!(s, status, "{method} {path}: {v}");
         assert_eq!(v["code"], json!(code), "{method} {path}: {v}");
         assert!(v["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
     }
+    // A consistent read on a follower names the leader to ask.
+    let (s, v) = call(
+        reqwest::Method::GET,
+        &format!("{f}/v1/topics?consistent=true"),
+        None,
+    )
+    .await;
+    assert_eq!(s, 503);
+    let expected = format!("node {leader} at {}", c.voters[&leader].http);
+    assert!(
+        v["message"]
+            .as_str()
+            .is_some_and(|m| m.ends_with(&expected)),
+        "{v}"
+    );
     // Consistent read on the leader.
     let (s, _) = call(
         reqwest::Method::GET,
@@ -316,6 +345,15 @@ async fn an_admin_token_guards_every_mutating_route_and_peers_send_it() {
 async fn extractor_rejections_are_json_errors_too() {
     let c = Cluster::start(1).await;
     let base = c.http(1);
+    // The last voter cannot be removed: a conflict, not a server error.
+    let (s, v) = call_with(
+        reqwest::Method::DELETE,
+        &format!("{base}/v1/cluster/nodes/1"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!((s, v["code"].clone()), (409, json!("last_voter")), "{v}");
     for (method, url, body, status, code) in [
         (
             reqwest::Method::GET,

@@ -76,6 +76,18 @@ impl Member {
             http: http.clone(),
             ..Default::default()
         };
+        // The voters list this node's own address: it must be the one it advertises, or its
+        // registration would be refused as a duplicate id (and peers could not reach it).
+        if let Some(listed) = c.voters.get(&c.node_id) {
+            if *listed != http {
+                return Err(NodeError::Config(format!(
+                    "controller.quorum.{id} is {listed} but this node advertises {http}: set \
+                     http.advertise = {listed} (or fix the voters), or check that no other \
+                     node uses node.id {id}",
+                    id = c.node_id
+                )));
+            }
+        }
         let mut voters: std::collections::BTreeMap<u64, NodeEndpoints> = c
             .voters
             .iter()

@@ -317,9 +317,14 @@ fn cluster_settings(map: &HashMap<String, String>) -> Result<ClusterSettings, Co
     c.node_id = num(map, "node.id", 1, 1)?;
     c.node_name = get("node.name").unwrap_or_else(|| format!("node{}", c.node_id));
     let host_port = |key: &str, v: &str| -> Result<String, ConfigError> {
-        match v.rsplit_once(':') {
-            Some((h, p)) if !h.is_empty() && p.parse::<u16>().is_ok() => Ok(v.to_owned()),
-            _ => Err(bad(key, v, "host:port with a port of 0-65535")),
+        if zper_raft::valid_http_address(v) {
+            Ok(v.to_owned())
+        } else {
+            Err(bad(
+                key,
+                v,
+                "host:port (no scheme or path) with a port of 0-65535",
+            ))
         }
     };
     if let Some(v) = get("http.bind") {
@@ -499,6 +504,10 @@ mod tests {
             ("reader.workers = 5000", "reader.workers"),
             ("controller.quorum.x = a:1", "controller.quorum.x"),
             ("controller.quorum.1 = nohost", "controller.quorum.1"),
+            (
+                "controller.quorum.1 = http://127.0.0.1:9644",
+                "controller.quorum.1",
+            ),
             ("node.id = 0", "node.id"),
             ("http.bind = 9644", "http.bind"),
             ("raft.heartbeat_ms = 500", "raft.election_timeout_ms"),

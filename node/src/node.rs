@@ -43,6 +43,9 @@ pub enum NodeError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The configuration contradicts itself (message names the keys).
+    #[error("config: {0}")]
+    Config(String),
     /// Raft could not start (boxed: openraft's errors are large).
     #[error("raft: {0}")]
     Cluster(Box<zper_raft::ClusterError>),

@@ -439,3 +439,87 @@ fn topic_views_show_this_nodes_start_and_end_offsets() {
         "{text}"
     );
 }
+
+/// Runs `zper --config <file> args...` and waits (at most 20 s) for it to exit; returns its
+/// exit code and stderr. A node that keeps running fails the test.
+fn run_expecting_exit(config: &std::path::Path, args: &[&str]) -> (Option<i32>, String) {
+    use std::io::Read;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_zper"))
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn zper");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("zper {args:?} kept running");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut err);
+    }
+    (status.code(), err)
+}
+
+#[test]
+fn misconfigured_node_ids_stop_the_node_with_a_message() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (w, r, a, c, h, other) = (
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+    );
+    let config = dir.path().join("n.properties");
+    std::fs::write(
+        &config,
+        format!(
+            "base_dir = {}\nwriter.bind = tcp://127.0.0.1:{w}\nreader.bind = tcp://127.0.0.1:{r}\n\
+             ack.bind = tcp://127.0.0.1:{a}\ncontroller.bind = tcp://127.0.0.1:{c}\n\
+             http.bind = 127.0.0.1:{h}\n",
+            dir.path().join("data").display()
+        ),
+    )
+    .expect("write config");
+    // The voters list this id at another address than the node advertises (a second process
+    // with the same node.id, or a wrong http.advertise).
+    let (code, err) = run_expecting_exit(
+        &config,
+        &[
+            "run",
+            "--node-id",
+            "2",
+            "--voters",
+            &format!("2=127.0.0.1:{other}"),
+        ],
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("controller.quorum.2"), "{err}");
+    // The same id twice in --voters.
+    let (code, err) =
+        run_expecting_exit(&config, &["run", "--voters", "1=127.0.0.1:1,1=127.0.0.1:2"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("listed twice"), "{err}");
+    // A data directory keeps its node id: start as node 1, then try node 5 on it.
+    let mut node = ChildNode::spawn(&config, w, r, a);
+    assert!(eventually(|| http_status(
+        &format!("127.0.0.1:{h}"),
+        "/v1/status/ready"
+    ) == Some(200)));
+    assert!(node.terminate().success());
+    let (code, err) = run_expecting_exit(&config, &["run", "--node-id", "5"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("belongs to node 1"), "{err}");
+}

@@ -90,6 +90,25 @@ pub enum ClusterError {
     /// The write did not commit (membership change in progress, timeout, or similar).
     #[error("write failed: {0}")]
     Write(String),
+    /// The Raft data directory belongs to another node id (a changed `node.id`, or two nodes
+    /// sharing a directory): starting would give this node another node's votes and log.
+    #[error("raft dir {dir} belongs to node {stored}, not {configured}: keep node.id {stored}, or use another (empty) directory")]
+    IdMismatch {
+        /// The directory.
+        dir: PathBuf,
+        /// The id recorded in it.
+        stored: NodeId,
+        /// The configured id.
+        configured: NodeId,
+    },
+    /// The node id file could not be read or written.
+    #[error("raft dir {dir}: {source}")]
+    Io {
+        /// The directory.
+        dir: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
     /// A node to be added does not answer as the expected zper node.
     #[error("node {id} unreachable: {why}")]
     Unreachable {
@@ -98,6 +117,40 @@ pub enum ClusterError {
         /// What the probe found.
         why: String,
     },
+}
+
+/// Name of the file in the Raft directory that records which node id owns it.
+pub const NODE_ID_FILE: &str = "NODE_ID";
+
+/// Records `id` as the owner of `dir` on first use; later, refuses any other id.
+fn claim_dir(dir: &std::path::Path, id: NodeId) -> Result<(), ClusterError> {
+    let path = dir.join(NODE_ID_FILE);
+    let io = |source| ClusterError::Io {
+        dir: dir.to_owned(),
+        source,
+    };
+    match std::fs::read_to_string(&path) {
+        Ok(text) => match text.trim().parse::<NodeId>() {
+            Ok(stored) if stored == id => Ok(()),
+            Ok(stored) => Err(ClusterError::IdMismatch {
+                dir: dir.to_owned(),
+                stored,
+                configured: id,
+            }),
+            Err(_) => Err(io(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("{} does not hold a node id", path.display()),
+            ))),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let tmp = dir.join(format!("{NODE_ID_FILE}.tmp"));
+            let mut f = std::fs::File::create(&tmp).map_err(io)?;
+            std::io::Write::write_all(&mut f, format!("{id}\n").as_bytes()).map_err(io)?;
+            f.sync_all().map_err(io)?;
+            std::fs::rename(&tmp, &path).map_err(io)
+        }
+        Err(e) => Err(io(e)),
+    }
 }
 
 fn membership_error(e: RaftError<NodeId, ClientWriteError<NodeId, NodeEndpoints>>) -> ClusterError {
@@ -166,6 +219,7 @@ impl ClusterNode {
     /// initial voters, proposes the initial membership.
     pub async fn start(config: &ClusterConfig) -> Result<ClusterNode, ClusterError> {
         let (log, sm) = crate::open(&config.dir)?;
+        claim_dir(&config.dir, config.id)?;
         let raft_config = Config {
             cluster_name: "zper".into(),
             heartbeat_interval: config.heartbeat_ms,
@@ -447,5 +501,28 @@ impl ClusterNode {
                 return None;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_raft_dir_belongs_to_one_node_id() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        claim_dir(dir.path(), 1).expect("first claim");
+        claim_dir(dir.path(), 1).expect("same id again");
+        match claim_dir(dir.path(), 5) {
+            Err(ClusterError::IdMismatch {
+                stored, configured, ..
+            }) => assert_eq!((stored, configured), (1, 5)),
+            other => panic!("expected IdMismatch, got {other:?}"),
+        }
+        std::fs::write(dir.path().join(NODE_ID_FILE), "garbage").expect("write");
+        assert!(matches!(
+            claim_dir(dir.path(), 1),
+            Err(ClusterError::Io { .. })
+        ));
     }
 }

@@ -22,7 +22,7 @@ mod types;
 pub use cluster::{ClusterConfig, ClusterError, ClusterNode, ProposalStats};
 pub use log_store::LogStore;
 pub use state_machine::StateMachineStore;
-pub use types::{NodeEndpoints, NodeId, TypeConfig};
+pub use types::{valid_http_address, NodeEndpoints, NodeId, TypeConfig};
 
 /// Opens (creating if needed) the RocksDB database of a node's Raft state under `dir` and
 /// returns its log store and state machine, which share the database.

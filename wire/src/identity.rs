@@ -26,6 +26,12 @@ pub enum IdentityError {
         /// The raw length byte.
         tlen: u8,
     },
+    /// A topic name (not an identity) longer than 64 bytes.
+    #[error("topic name is {len} bytes, at most {MAX_TOPIC_LEN} are allowed")]
+    NameTooLong {
+        /// Its length in bytes.
+        len: usize,
+    },
     /// `3 + tlen` runs past the identity.
     #[error("topic length {tlen} runs past the {len}-byte identity")]
     Truncated {
@@ -178,9 +184,7 @@ pub fn validate_topic(topic: &[u8]) -> Result<(), IdentityError> {
         return Err(IdentityError::EmptyTopic);
     }
     if topic.len() > MAX_TOPIC_LEN {
-        return Err(IdentityError::TopicTooLong {
-            tlen: topic.len().min(255) as u8,
-        });
+        return Err(IdentityError::NameTooLong { len: topic.len() });
     }
     match topic.iter().position(|b| !b.is_ascii_alphanumeric()) {
         Some(index) => Err(IdentityError::InvalidTopicByte {
@@ -247,6 +251,12 @@ mod tests {
         assert_eq!(
             Identity::parse(&[0, 0, 65]),
             Err(IdentityError::TopicTooLong { tlen: 65 })
+        );
+        let long = validate_topic(&[b'a'; 300]).expect_err("too long");
+        assert_eq!(long, IdentityError::NameTooLong { len: 300 });
+        assert_eq!(
+            long.to_string(),
+            "topic name is 300 bytes, at most 64 are allowed"
         );
         assert_eq!(
             Identity::parse(&[0, 0, 3, b'a', b'b']),

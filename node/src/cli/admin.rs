@@ -131,6 +131,15 @@ impl Api {
     }
 }
 
+/// A JSON value as table text (`serde_json::Value`'s Display ignores width and alignment).
+fn text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".to_owned(),
+        other => other.to_string(),
+    }
+}
+
 fn ids(v: &Value) -> String {
     v.as_array()
         .map(|a| {
@@ -169,8 +178,8 @@ pub fn topics(cmd: TopicsCommand, target: &AdminTarget, defaults: &Targets) -> R
                         "{:<24} {:>9} {:>3} {:>5}h {}\n",
                         t["name"].as_str().unwrap_or(""),
                         t["fragments"].as_array().map_or(0, Vec::len),
-                        t["replication_factor"],
-                        t["retain_hours"],
+                        text(&t["replication_factor"]),
+                        text(&t["retain_hours"]),
                         t["policy"].as_str().unwrap_or("")
                     );
                 }
@@ -217,9 +226,9 @@ pub fn topics(cmd: TopicsCommand, target: &AdminTarget, defaults: &Targets) -> R
                 for f in v["fragments"].as_array().into_iter().flatten() {
                     out += &format!(
                         "{:>8} {:>6} {:>6} {:<12} {:<12} {:>12} {:>12}\n",
-                        f["id"],
-                        f["leader"],
-                        f["leader_epoch"],
+                        text(&f["id"]),
+                        text(&f["leader"]),
+                        text(&f["leader_epoch"]),
                         ids(&f["replicas"]),
                         ids(&f["isr"]),
                         offset(&f["start_offset"]),
@@ -251,15 +260,15 @@ pub fn cluster(cmd: ClusterCommand, target: &AdminTarget, defaults: &Targets) ->
                 let r = &v["raft"];
                 let mut out = format!(
                     "term {}  leader {}  voters {}  learners {}\n\n{:>4} {:<12} {:>5} {:>6} {:<28} {}\n",
-                    r["term"], r["leader"], ids(&r["voters"]), ids(&r["learners"]),
+                    text(&r["term"]), text(&r["leader"]), ids(&r["voters"]), ids(&r["learners"]),
                     "ID", "NAME", "LIVE", "LEADER", "WRITER", "READER"
                 );
                 for b in v["brokers"].as_array().into_iter().flatten() {
                     out += &format!(
                         "{:>4} {:<12} {:>5} {:>6} {:<28} {}\n",
-                        b["id"],
+                        text(&b["id"]),
                         b["endpoints"]["name"].as_str().unwrap_or(""),
-                        b["live"],
+                        text(&b["live"]),
                         if b["id"] == r["leader"] { "*" } else { "" },
                         b["endpoints"]["writer"].as_str().unwrap_or(""),
                         b["endpoints"]["reader"].as_str().unwrap_or("")

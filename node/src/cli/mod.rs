@@ -88,10 +88,14 @@ impl RunArgs {
         if let Some(id) = self.node_id {
             out.push(("node.id".into(), id.to_string()));
         }
+        let mut seen = std::collections::BTreeSet::new();
         for item in &self.voters {
             let (id, addr) = item
                 .split_once('=')
                 .ok_or_else(|| format!("--voters {item:?}: expected ID=HOST:PORT"))?;
+            if !seen.insert(id.trim().to_owned()) {
+                return Err(format!("--voters: node id {} is listed twice", id.trim()));
+            }
             out.push((
                 format!("controller.quorum.{}", id.trim()),
                 addr.trim().to_owned(),

@@ -81,6 +81,11 @@ impl Metadata {
                         "fragments must be 1..={MAX_FRAGMENTS}, not {fragments}"
                     )));
                 }
+                if *retain_hours == Some(0) {
+                    return Err(MetadataError::InvalidArgument(
+                        "retain_hours must be at least 1".into(),
+                    ));
+                }
                 if *replication_factor == Some(0) {
                     return Err(MetadataError::InvalidArgument(
                         "replication_factor must be at least 1".into(),
