@@ -46,6 +46,16 @@ pub enum StoreError {
         /// What happened.
         reason: String,
     },
+    /// A replica append at another offset than this log's written end.
+    #[error("replica append to {topic} at {got}, but the log ends at {expected}")]
+    OffsetMismatch {
+        /// Topic name.
+        topic: String,
+        /// This log's written end.
+        expected: u64,
+        /// The chunk's offset.
+        got: u64,
+    },
     /// A lock was poisoned by a panic on another thread.
     #[error("store lock poisoned for {0}")]
     Poisoned(String),

@@ -53,7 +53,7 @@ impl TopicLog {
                 .segments
                 .get(i + 1)
                 .map_or(st.written_end, |next| next.start);
-            (st.segments[i].clone(), seg_end.min(st.flushed_end))
+            (st.segments[i].clone(), seg_end.min(st.visible_end()))
         };
         if off > visible_end || (off < visible_end && !self.is_boundary(&seg, off, visible_end)?) {
             return Err(self.invalid(offset));
@@ -166,13 +166,17 @@ impl TopicLog {
     ) -> Result<Vec<u64>, StoreError> {
         let st = self.lock()?;
         let first = st.segments[0].start;
-        let newest = st.active().start;
+        let visible = st.visible_end();
+        // Segments a reader can see: those starting at or below the visible end (a replicated
+        // log may have rotated past its high-water mark).
+        let seen = st.segments.partition_point(|s| s.start <= visible).max(1);
+        let newest = st.segments[seen - 1].start;
         match timestamp {
             Timestamp::Earliest => Ok(vec![first]),
-            Timestamp::Latest => Ok(vec![newest, st.flushed_end]),
+            Timestamp::Latest => Ok(vec![newest, visible]),
             Timestamp::At(t) => {
                 let mut qualifying = Vec::new();
-                for (i, seg) in st.segments.iter().enumerate() {
+                for (i, seg) in st.segments[..seen].iter().enumerate() {
                     let mtime = seg
                         .modified()
                         .map_err(|e| StoreError::io("stat", &seg.path, e))?;
@@ -188,8 +192,8 @@ impl TopicLog {
                     _ => 0,
                 };
                 let mut out: Vec<u64> = st.segments[from..=last].iter().map(|s| s.start).collect();
-                if last == st.segments.len() - 1 {
-                    out.push(st.flushed_end);
+                if last == seen - 1 {
+                    out.push(visible);
                 }
                 Ok(out)
             }

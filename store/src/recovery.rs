@@ -67,6 +67,7 @@ impl TopicLog {
                 pending: 0,
                 first_unflushed: None,
                 broken: None,
+                high_water: None,
             }),
         })
     }

@@ -31,6 +31,16 @@ pub(crate) struct TopicState {
     pub(crate) first_unflushed: Option<Instant>,
     /// Set when a failed write could not be rolled back: appends are refused from then on.
     pub(crate) broken: Option<String>,
+    /// High-water mark of a replicated log: readers see at most this far (issue #4).
+    pub(crate) high_water: Option<u64>,
+}
+
+impl TopicState {
+    /// What readers may see: the flushed end, capped by the high-water mark.
+    pub(crate) fn visible_end(&self) -> u64 {
+        self.high_water
+            .map_or(self.flushed_end, |h| h.min(self.flushed_end))
+    }
 }
 
 /// A topic: `<base_dir>/<topic>/` and its segments (spec `zper.md` §6.1).

@@ -69,7 +69,7 @@ impl TopicLog {
         Ok(st.written_end)
     }
 
-    fn write_chunk(
+    pub(crate) fn write_chunk(
         &self,
         st: &mut TopicState,
         chunk: &[u8],
@@ -102,7 +102,7 @@ impl TopicLog {
 
     /// Closes the active segment (fdatasync, so everything before the new segment is durable and
     /// visible) and creates the next one, named by the old one's end offset.
-    fn rotate(&self, st: &mut TopicState) -> Result<(), StoreError> {
+    pub(crate) fn rotate(&self, st: &mut TopicState) -> Result<(), StoreError> {
         let old = st.active().clone();
         old.file()
             .and_then(|f| f.sync_data())
