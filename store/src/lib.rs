@@ -6,6 +6,7 @@
 //! offset. This crate must never touch the network, zmq or an async runtime: the node drives it
 //! from its own threads.
 
+mod epochs;
 mod error;
 pub mod flush;
 mod index;
@@ -17,6 +18,7 @@ mod store;
 mod topic;
 mod writing;
 
+pub use epochs::EPOCHS_FILE;
 pub use error::StoreError;
 pub use flush::FlushPolicy;
 pub use reading::Fetched;

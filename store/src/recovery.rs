@@ -68,6 +68,7 @@ impl TopicLog {
                 first_unflushed: None,
                 broken: None,
                 high_water: None,
+                epochs: crate::epochs::load(dir),
             }),
         })
     }

@@ -210,6 +210,7 @@ impl TopicLog {
         st.high_water = st.high_water.map(|h| h.min(offset));
         st.pending = 0;
         st.first_unflushed = None;
-        Ok(())
+        drop(st);
+        self.trim_epochs(offset)
     }
 }

@@ -33,6 +33,8 @@ pub(crate) struct TopicState {
     pub(crate) broken: Option<String>,
     /// High-water mark of a replicated log: readers see at most this far (issue #4).
     pub(crate) high_water: Option<u64>,
+    /// Leader-epoch history `(epoch, start offset)`, ascending (`epochs.rs`).
+    pub(crate) epochs: Vec<(u64, u64)>,
 }
 
 impl TopicState {

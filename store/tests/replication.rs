@@ -222,3 +222,51 @@ fn truncation_cuts_back_to_a_message_boundary_across_segments_and_survives_resta
     expected.extend_from_slice(&new);
     assert_eq!(all, expected);
 }
+
+#[test]
+fn the_epoch_history_answers_end_offsets_and_survives_truncation_and_restart() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let m = message(&[b"id".to_vec(), b"body".to_vec()]);
+    let len = m.len() as u64;
+    {
+        let store = Store::open(config(dir.path(), 1 << 20)).expect("open");
+        let t = store.topic_or_create("t").expect("t");
+        assert_eq!(t.end_offset_for(None).expect("end"), 0);
+        t.assign_epoch(0, 0).expect("epoch 0");
+        t.append(&m).expect("append");
+        t.append(&m).expect("append");
+        t.assign_epoch(3, 2 * len).expect("epoch 3");
+        t.assign_epoch(2, 2 * len).expect("older: ignored");
+        t.append(&m).expect("append");
+        assert_eq!(t.epochs().expect("epochs"), vec![(0, 0), (3, 2 * len)]);
+        // Epoch 0 (and 1, 2, never seen here) ended where 3 began; 3 ends at the log end.
+        assert_eq!(t.end_offset_for(Some(0)).expect("end"), 2 * len);
+        assert_eq!(t.end_offset_for(Some(2)).expect("end"), 2 * len);
+        assert_eq!(t.end_offset_for(Some(3)).expect("end"), 3 * len);
+        assert_eq!(t.end_offset_for(None).expect("end"), 0);
+        assert_eq!(t.last_epoch().expect("last"), Some(3));
+    }
+    {
+        let store = Store::open(config(dir.path(), 1 << 20)).expect("reopen");
+        let t = store.topic_or_create("t").expect("t");
+        assert_eq!(t.epochs().expect("epochs"), vec![(0, 0), (3, 2 * len)]);
+        t.truncate_to(2 * len).expect("truncate");
+        assert_eq!(
+            t.epochs().expect("epochs"),
+            vec![(0, 0)],
+            "epoch 3 lost its data"
+        );
+    }
+    let store = Store::open(config(dir.path(), 1 << 20)).expect("reopen");
+    let t = store.topic_or_create("t").expect("t");
+    assert_eq!(t.epochs().expect("epochs"), vec![(0, 0)]);
+    // A damaged history file is ignored, not fatal.
+    fs::write(
+        dir.path().join("t").join(zper_store::EPOCHS_FILE),
+        "x y z\n",
+    )
+    .expect("write");
+    let store = Store::open(config(dir.path(), 1 << 20)).expect("reopen");
+    let t = store.topic_or_create("t").expect("t");
+    assert!(t.epochs().expect("epochs").is_empty());
+}
