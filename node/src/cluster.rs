@@ -73,6 +73,7 @@ impl Member {
             reader: advertise(&zmq.reader, &host),
             ack: advertise(&zmq.ack, &host),
             controller: advertise(&zmq.controller, &host),
+            replica: advertise(&zmq.replica, &host),
             http: http.clone(),
             ..Default::default()
         };

@@ -55,6 +55,8 @@ pub struct NodeConfig {
     pub ack_bind: String,
     /// Controller ROUTER endpoint (`controller.bind`).
     pub controller_bind: String,
+    /// Replication ROUTER endpoint (`replica.bind`, default `tcp://*:5560`; issue #4).
+    pub replica_bind: String,
     /// Largest frame accepted from a producer, bytes (`max_message`); also bounds FETCH replies.
     pub max_message: usize,
     /// Writer ROUTER receive high-water mark, messages (`receive_hwm`).
@@ -138,6 +140,7 @@ const KNOWN: &[&str] = &[
     "reader.workers",
     "ack.bind",
     "controller.bind",
+    "replica.bind",
     "node.id",
     "node.name",
     "node.lease_ms",
@@ -156,7 +159,6 @@ const RESERVED: &[&str] = &[
     "retention_hours",
     "relay.bind",
     "relay.poll",
-    "replica.bind",
 ];
 const RESERVED_PREFIXES: &[&str] = &["writer.replica."];
 
@@ -172,6 +174,7 @@ impl Default for NodeConfig {
             reader_workers: 5,
             ack_bind: "tcp://*:5557".into(),
             controller_bind: "tcp://*:5558".into(),
+            replica_bind: "tcp://*:5560".into(),
             max_message: 8_388_608,
             receive_hwm: 1024,
             receive_buffer: 1_048_576,
@@ -282,6 +285,7 @@ impl NodeConfig {
             ("reader.bind", &mut c.reader_bind),
             ("ack.bind", &mut c.ack_bind),
             ("controller.bind", &mut c.controller_bind),
+            ("replica.bind", &mut c.replica_bind),
         ] {
             if let Some(v) = get(key) {
                 if !valid_endpoint(&v) {

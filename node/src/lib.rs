@@ -8,6 +8,7 @@ pub mod config;
 pub mod endpoint;
 pub mod metrics;
 pub mod node;
+pub mod replication;
 
 pub use config::{ConfigError, NodeConfig};
 pub use node::{Endpoints, Node, NodeError};

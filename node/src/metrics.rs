@@ -43,6 +43,8 @@ pub struct Counters {
     pub empty_messages: AtomicU64,
     /// Writer messages dropped: the store refused the append (I/O error).
     pub append_errors: AtomicU64,
+    /// Writer messages dropped: another node leads the topic's replicated fragment.
+    pub not_leader: AtomicU64,
     /// Acks that could not be delivered (peer gone or its queue full); never stops the writer.
     pub acks_dropped: AtomicU64,
     /// Acks sent.
@@ -80,6 +82,7 @@ impl Default for Counters {
             oversized_frames: AtomicU64::new(0),
             empty_messages: AtomicU64::new(0),
             append_errors: AtomicU64::new(0),
+            not_leader: AtomicU64::new(0),
             acks_dropped: AtomicU64::new(0),
             acks_sent: AtomicU64::new(0),
             bad_requests: AtomicU64::new(0),
@@ -287,6 +290,7 @@ impl Collector for CountersCollector {
             ("oversized_frame", &k.oversized_frames),
             ("empty_message", &k.empty_messages),
             ("append_error", &k.append_errors),
+            ("not_leader", &k.not_leader),
             ("bad_request", &k.bad_requests),
         ] {
             catch_up(

@@ -68,6 +68,8 @@ pub struct Endpoints {
     pub ack: String,
     /// Controller ROUTER.
     pub controller: String,
+    /// Replication ROUTER (issue #4).
+    pub replica: String,
     /// HTTP admin (and Raft) address, `host:port`.
     pub http: String,
 }
@@ -150,16 +152,24 @@ impl Node {
         let p = bind(&ctx, zmq::PUB, &config.ack_bind)?;
         let c = bind(&ctx, zmq::ROUTER, &config.controller_bind)?;
         c.set_router_mandatory(true)?;
+        let rep = bind(&ctx, zmq::ROUTER, &config.replica_bind)?;
+        rep.set_router_mandatory(true)?;
         let mut endpoints = Endpoints {
             writer: last_endpoint(&w)?,
             reader: last_endpoint(&r)?,
             ack: last_endpoint(&p)?,
             controller: last_endpoint(&c)?,
+            replica: last_endpoint(&rep)?,
             http: String::new(),
         };
         let member =
             crate::cluster::Member::start(config, &endpoints, counters.clone(), store.clone())?;
         endpoints.http = member.http.clone();
+        let view = crate::replication::PlacementView::new(config.cluster.node_id);
+        view.refresh(&member.node());
+        let mut threads = vec![view
+            .spawn_refresher(member.node(), stop.clone())
+            .map_err(|_| zmq::Error::EMFILE)?];
 
         let mut monitors = Vec::new();
         // Sockets in crate::metrics::ENDPOINTS order.
@@ -177,7 +187,7 @@ impl Node {
         }
         let (notice_tx, notice_rx) = crossbeam_channel::unbounded();
         let ack_counters = counters.clone();
-        let mut threads = monitors;
+        threads.extend(monitors);
         threads.push(
             std::thread::Builder::new()
                 .name("zper-ack".into())
@@ -192,6 +202,7 @@ impl Node {
                 max_message: config.max_message,
                 allow_empty_message: config.store.allow_empty_message,
                 policy: config.store.flush,
+                view: Some(view.clone()),
             },
             store.clone(),
             notice_tx,
@@ -199,6 +210,15 @@ impl Node {
             stop.clone(),
         )?;
         threads.push(writer.front);
+        threads.extend(crate::replication::start(
+            &ctx,
+            rep,
+            store.clone(),
+            view.clone(),
+            writer.waker.clone(),
+            counters.clone(),
+            stop.clone(),
+        )?);
         let cap = config.max_message as u64 + 9;
         let reader = reader::start(
             &ctx,

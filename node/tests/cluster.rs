@@ -274,7 +274,7 @@ fn a_fourth_process_started_by_flags_joins_by_cli_and_leaves_with_the_same_state
             ChildNode::start_on(
                 &dir.path().join(format!("n{}", i + 1)),
                 ports[i],
-                &format!("node.id = {}\n{quorum}node.lease_ms = 1500\n", i + 1),
+                &format!("node.id = {}\n{quorum}node.lease_ms = 3000\n", i + 1),
             )
         })
         .collect();
@@ -290,7 +290,7 @@ fn a_fourth_process_started_by_flags_joins_by_cli_and_leaves_with_the_same_state
     let _four = ChildNode::start_on_with_args(
         &dir.path().join("n4"),
         ports[3],
-        "node.lease_ms = 1500\n",
+        "node.lease_ms = 3000\n",
         &["run", "--node-id", "4", "--voters", &voters],
     );
     assert!(eventually(
@@ -323,7 +323,15 @@ fn a_fourth_process_started_by_flags_joins_by_cli_and_leaves_with_the_same_state
     assert!(eventually(
         || http_status(&addr(3), "/v1/status/ready") == Some(200)
     ));
-    assert!(eventually(|| broker_ids(&addr(leader - 1)) == [1, 2, 3, 4]));
+    let live = |a: &str| match get_json(a, "/v1/brokers") {
+        Value::Array(b) => b
+            .iter()
+            .filter(|n| n["live"] == json!(true))
+            .filter_map(|n| n["id"].as_u64())
+            .collect::<Vec<_>>(),
+        _ => Vec::new(),
+    };
+    assert!(eventually(|| live(&addr(leader - 1)) == [1, 2, 3, 4]));
     let out = zper_cli(&[
         "topics",
         "create",
@@ -488,8 +496,9 @@ fn misconfigured_node_ids_stop_the_node_with_a_message() {
         format!(
             "base_dir = {}\nwriter.bind = tcp://127.0.0.1:{w}\nreader.bind = tcp://127.0.0.1:{r}\n\
              ack.bind = tcp://127.0.0.1:{a}\ncontroller.bind = tcp://127.0.0.1:{c}\n\
-             http.bind = 127.0.0.1:{h}\n",
-            dir.path().join("data").display()
+             http.bind = 127.0.0.1:{h}\nreplica.bind = tcp://127.0.0.1:{rp}\n",
+            dir.path().join("data").display(),
+            rp = free_port()
         ),
     )
     .expect("write config");

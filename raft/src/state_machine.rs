@@ -77,6 +77,20 @@ impl StateMachineStore {
         self.state.read().map(|s| s.clone()).unwrap_or_default()
     }
 
+    /// Index of the last applied entry (0 before any): a cheap change detector for caches of
+    /// the metadata.
+    pub fn applied_index(&self) -> u64 {
+        self.state
+            .read()
+            .map(|s| s.last_applied.map_or(0, |l| l.index))
+            .unwrap_or(0)
+    }
+
+    /// Runs `f` over the current metadata under the read lock (no copy).
+    pub fn with_metadata<R>(&self, f: impl FnOnce(&Metadata) -> R) -> Option<R> {
+        self.state.read().ok().map(|s| f(&s.metadata))
+    }
+
     /// A copy of the current metadata.
     pub fn metadata(&self) -> Metadata {
         self.state

@@ -32,6 +32,9 @@ pub struct NodeEndpoints {
     pub dolly_snapshots: String,
     /// HTTP admin `host:port` (also carries the Raft RPCs).
     pub http: String,
+    /// Replication ROUTER (`replica.bind`, issue #4); empty for nodes that predate it.
+    #[serde(default)]
+    pub replica: String,
 }
 
 openraft::declare_raft_types!(

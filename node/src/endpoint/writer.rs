@@ -26,6 +26,7 @@ use zper_wire::{encode_record, topic_hash, AckMode, Identity};
 use super::ack::FlushNotice;
 use super::{try_send, POLL_MS};
 use crate::metrics::Counters;
+use crate::replication::{PlacementView, Role, Waker};
 
 /// A producer connection, known by its routing id (its ZPER identity).
 #[derive(Debug)]
@@ -64,6 +65,8 @@ const MAX_PRODUCERS: usize = 100_000;
 /// Started writer endpoint threads.
 pub(crate) struct Writer {
     pub(crate) front: JoinHandle<()>,
+    /// Wakes a topic's worker when replication moves its high-water mark.
+    pub(crate) waker: Waker,
 }
 
 /// Settings the writer needs.
@@ -74,6 +77,8 @@ pub(crate) struct WriterSettings {
     /// recovery would cut the log at them (spec §6.3).
     pub(crate) allow_empty_message: bool,
     pub(crate) policy: FlushPolicy,
+    /// Who leads each topic (issue #4); `None`: every topic is local.
+    pub(crate) view: Option<PlacementView>,
 }
 
 /// Starts the front thread and `workers` worker threads over a bound ROUTER.
@@ -86,13 +91,19 @@ pub(crate) fn start(
     counters: Arc<Counters>,
     stop: Arc<AtomicBool>,
 ) -> Result<Writer, zmq::Error> {
+    let view = settings.view.clone();
     let (acks, pushes) = super::worker_replies(ctx, "writer-acks", settings.workers)?;
     let mut senders = Vec::with_capacity(settings.workers);
     let mut workers = Vec::with_capacity(settings.workers);
+    let mut wakers = Vec::with_capacity(settings.workers);
     for (i, push) in pushes.into_iter().enumerate() {
         let (tx, rx) = crossbeam_channel::bounded(16);
+        let (wake_tx, wake) = crossbeam_channel::bounded(1);
+        wakers.push(wake_tx);
         let worker = Worker {
             rx,
+            wake,
+            view: view.clone(),
             acks: push,
             notices: notices.clone(),
             store: store.clone(),
@@ -122,7 +133,10 @@ pub(crate) fn start(
         .name("zper-writer".into())
         .spawn(move || front.run(workers))
         .map_err(|_| zmq::Error::EMFILE)?;
-    Ok(Writer { front })
+    Ok(Writer {
+        front,
+        waker: Waker::new(wakers),
+    })
 }
 
 struct Front {
@@ -347,6 +361,10 @@ impl TopicWork {
 
 struct Worker {
     rx: Receiver<WriteBatch>,
+    /// Wake-ups from replication: a high-water mark moved (issue #4).
+    wake: Receiver<()>,
+    /// Who leads each topic (issue #4): followers do not append.
+    view: Option<PlacementView>,
     acks: zmq::Socket,
     notices: Sender<FlushNotice>,
     store: Arc<Store>,
@@ -363,7 +381,12 @@ impl Worker {
                 .map_or(Duration::from_millis(500), |d| {
                     d.saturating_duration_since(Instant::now())
                 });
-            match self.rx.recv_timeout(timeout) {
+            let received = crossbeam_channel::select! {
+                recv(self.rx) -> b => b.map_err(|_| RecvTimeoutError::Disconnected),
+                recv(self.wake) -> _ => Err(RecvTimeoutError::Timeout),
+                default(timeout) => Err(RecvTimeoutError::Timeout),
+            };
+            match received {
                 Ok(batch) => {
                     self.apply(batch);
                     // Group commit: take everything already queued before flushing once.
@@ -450,10 +473,24 @@ impl Worker {
         messages: u64,
     ) {
         let counters = self.counters.clone();
+        let role = self.view.as_ref().map_or(Role::Local, |v| v.role(topic));
+        if let Role::Follower { leader } = role {
+            // Another node leads this replicated topic: appending here would fork the log.
+            debug!(topic = %topic, leader, "write to a follower dropped");
+            Counters::add(&counters.not_leader, messages);
+            return;
+        }
         let Some(work) = self.topic(topic) else {
             Counters::add(&counters.append_errors, messages);
             return;
         };
+        if let Role::Leader { epoch } = role {
+            if let Err(e) = crate::replication::claim_epoch(&work.log, epoch) {
+                error!(topic = %topic, error = %e, "cannot record leader epoch");
+                Counters::add(&counters.append_errors, messages);
+                return;
+            }
+        }
         let end = match work.log.append(bytes) {
             Ok(end) => end,
             Err(e) => {
@@ -516,7 +553,8 @@ impl Worker {
                     }
                 }
             }
-            let Ok(flushed) = work.log.flushed_end() else {
+            // Durable here and, for a replicated topic, on every in-sync replica.
+            let Ok(flushed) = work.log.visible_end() else {
                 continue;
             };
             if flushed > work.published_end {

@@ -33,6 +33,7 @@ pub fn test_config(dir: &Path) -> NodeConfig {
     c.reader_bind = "tcp://127.0.0.1:*".into();
     c.ack_bind = "tcp://127.0.0.1:*".into();
     c.controller_bind = "tcp://127.0.0.1:*".into();
+    c.replica_bind = "tcp://127.0.0.1:*".into();
     c.writer_workers = 3;
     c.reader_workers = 2;
     c.cluster.http_bind = "127.0.0.1:0".into();
@@ -222,9 +223,10 @@ impl ChildNode {
             format!(
                 "base_dir = {}\nwriter.bind = tcp://127.0.0.1:{w}\nreader.bind = tcp://127.0.0.1:{r}\n\
                  ack.bind = tcp://127.0.0.1:{a}\nhttp.bind = 127.0.0.1:{h}\n\
-                 controller.bind = tcp://127.0.0.1:{c}\n{extra}\n",
+                 controller.bind = tcp://127.0.0.1:{c}\nreplica.bind = tcp://127.0.0.1:{rp}\n{extra}\n",
                 data_dir.display(),
-                c = free_port()
+                c = free_port(),
+                rp = free_port()
             ),
         )
         .expect("write config");

@@ -82,6 +82,7 @@ pub struct Metadata {
 
 /// A metadata change, proposed by the Raft leader with its clock reading in it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(clippy::large_enum_variant)] // a few commands per second: size does not matter
 pub enum Command {
     /// A node joins (or re-registers with new endpoints) with a lease of `lease_ms`; placement
     /// is re-run (reason [`PlacementReason::NodeJoined`]).

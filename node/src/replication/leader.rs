@@ -1,0 +1,252 @@
+//! The leader side of replication (issue #4): the `replica.bind` ROUTER. Each FETCH reports a
+//! replica's durable offset and asks for what follows; the leader answers from its log (written
+//! bytes, flushed or not, so replicas write in parallel with its own fdatasync), parks a fetch
+//! that is caught up for at most [`PARK`], and moves the high-water mark to the lowest durable
+//! offset over the in-sync replicas (its own flushed offset included). When the mark moves the
+//! writer is woken to send the acks it now allows.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tracing::{debug, info, warn};
+use zper_raft::NodeId;
+use zper_store::{Store, StoreError, TopicLog};
+use zper_wire::replication::{FetchReply, FetchRequest};
+
+use super::view::{FragmentView, PlacementView};
+use super::Waker;
+use crate::endpoint::try_send;
+use crate::metrics::Counters;
+
+/// Longest a caught-up fetch waits for new data before an empty answer (which still carries
+/// the high-water mark).
+pub const PARK: Duration = Duration::from_millis(100);
+/// Loop period while fetches are parked (the latency new data waits at most before it ships).
+const TICK_MS: i64 = 1;
+
+struct Parked {
+    routing_id: Vec<u8>,
+    request: FetchRequest,
+    until: Instant,
+}
+
+/// Per led topic: each replica's last reported durable offset.
+#[derive(Default)]
+struct Progress {
+    durable: HashMap<NodeId, u64>,
+}
+
+pub(crate) struct Leader {
+    pub(crate) router: zmq::Socket,
+    pub(crate) store: Arc<Store>,
+    pub(crate) view: PlacementView,
+    pub(crate) waker: Waker,
+    pub(crate) counters: Arc<Counters>,
+    pub(crate) stop: Arc<AtomicBool>,
+    pub(crate) max_bytes: u32,
+}
+
+impl Leader {
+    pub(crate) fn run(self) {
+        let mut parked: Vec<Parked> = Vec::new();
+        let mut progress: HashMap<String, Progress> = HashMap::new();
+        while !self.stop.load(Ordering::Relaxed) {
+            let timeout = if parked.is_empty() { 20 } else { TICK_MS };
+            match self.router.poll(zmq::POLLIN, timeout) {
+                Ok(_) => {}
+                Err(e) => {
+                    warn!(error = %e, "replication poll failed");
+                    break;
+                }
+            }
+            for _ in 0..1024 {
+                let frames = match self.router.recv_multipart(zmq::DONTWAIT) {
+                    Ok(f) => f,
+                    Err(zmq::Error::EAGAIN) => break,
+                    Err(e) => {
+                        warn!(error = %e, "replication receive failed");
+                        break;
+                    }
+                };
+                let Some((routing_id, rest)) = frames.split_first() else {
+                    continue;
+                };
+                match FetchRequest::decode(rest) {
+                    Ok(req) => {
+                        if let Some(reply) = self.fetch(&req, &mut progress) {
+                            self.send(routing_id, reply);
+                        } else {
+                            parked.push(Parked {
+                                routing_id: routing_id.clone(),
+                                request: req,
+                                until: Instant::now() + PARK,
+                            });
+                        }
+                    }
+                    Err(e) => {
+                        debug!(error = %e, "bad replication request");
+                        Counters::add(&self.counters.bad_requests, 1);
+                        self.send(routing_id, FetchReply::BadRequest);
+                    }
+                }
+            }
+            self.advance_high_water(&progress);
+            let now = Instant::now();
+            let mut still = Vec::with_capacity(parked.len());
+            for p in parked.drain(..) {
+                let has_data = self
+                    .store
+                    .topic(&p.request.topic)
+                    .and_then(|l| l.written_end().ok())
+                    .is_some_and(|end| end > p.request.offset);
+                if has_data || now >= p.until {
+                    let reply = self.answer(&p.request, true);
+                    self.send(&p.routing_id, reply);
+                } else {
+                    still.push(p);
+                }
+            }
+            parked = still;
+        }
+        debug!("replication leader stopped");
+    }
+
+    fn send(&self, routing_id: &[u8], reply: FetchReply) {
+        let mut frames = vec![routing_id.to_vec()];
+        frames.extend(reply.to_frames());
+        if !try_send(&self.router, frames) {
+            Counters::add(&self.counters.replies_dropped, 1);
+        }
+    }
+
+    /// Records the fetch as progress and answers it, or `None` to park it (caught up).
+    fn fetch(
+        &self,
+        req: &FetchRequest,
+        progress: &mut HashMap<String, Progress>,
+    ) -> Option<FetchReply> {
+        let Some(frag) = self.view.fragment(&req.topic) else {
+            return Some(FetchReply::BadRequest);
+        };
+        if req.fragment != 0 || !frag.replicas.contains(&req.replica) {
+            return Some(FetchReply::BadRequest);
+        }
+        if frag.leader != self.view.me() {
+            return Some(FetchReply::NotLeader {
+                leader_epoch: frag.epoch,
+            });
+        }
+        let log = match self.led_log(&req.topic, &frag) {
+            Ok(l) => l,
+            Err(e) => {
+                warn!(topic = %req.topic, error = %e, "replication: cannot open log");
+                return Some(FetchReply::BadRequest);
+            }
+        };
+        // KIP-101: a replica whose log runs past the end of its newest epoch here must cut back.
+        let end_of_epoch = log.end_offset_for(req.last_epoch).unwrap_or(0);
+        let written = log.written_end().unwrap_or(0);
+        let limit = end_of_epoch.min(written);
+        if req.offset > limit {
+            info!(topic = %req.topic, replica = req.replica, from = req.offset, to = limit,
+                  "replica diverged: truncate");
+            return Some(FetchReply::Diverging { truncate_to: limit });
+        }
+        progress
+            .entry(req.topic.clone())
+            .or_default()
+            .durable
+            .insert(req.replica, req.offset);
+        if req.offset == written {
+            return None;
+        }
+        Some(self.answer(req, false))
+    }
+
+    /// The log of a topic this node leads, with its epoch recorded (before any append in it).
+    fn led_log(&self, topic: &str, frag: &FragmentView) -> Result<Arc<TopicLog>, StoreError> {
+        let log = self.store.topic_or_create(topic)?;
+        super::claim_epoch(&log, frag.epoch)?;
+        if log.high_water()?.is_none() {
+            // Readers of a replicated log see nothing unconfirmed: start from 0 until every
+            // in-sync replica has reported.
+            log.set_high_water(Some(0))?;
+        }
+        Ok(log)
+    }
+
+    fn answer(&self, req: &FetchRequest, parked: bool) -> FetchReply {
+        let Some(frag) = self.view.fragment(&req.topic) else {
+            return FetchReply::BadRequest;
+        };
+        if frag.leader != self.view.me() {
+            return FetchReply::NotLeader {
+                leader_epoch: frag.epoch,
+            };
+        }
+        let Some(log) = self.store.topic(&req.topic) else {
+            return FetchReply::BadRequest;
+        };
+        let high_water = log.high_water().ok().flatten().unwrap_or(0);
+        let max = req.max_bytes.min(self.max_bytes).max(1);
+        match log.read_for_replica(req.offset, u64::from(max)) {
+            Ok(chunk) => {
+                let end = chunk.offset + chunk.bytes.len() as u64;
+                let epochs = log
+                    .epochs()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|(_, s)| *s >= chunk.offset && *s <= end)
+                    .collect();
+                FetchReply::Ok {
+                    leader_epoch: frag.epoch,
+                    high_water,
+                    offset: chunk.offset,
+                    rotate_after: chunk.rotate_after,
+                    epochs,
+                    bytes: chunk.bytes,
+                }
+            }
+            Err(e) => {
+                if !parked {
+                    debug!(topic = %req.topic, error = %e, "replica fetch refused");
+                }
+                FetchReply::Diverging {
+                    truncate_to: log.written_end().unwrap_or(0).min(high_water),
+                }
+            }
+        }
+    }
+
+    /// Moves each led topic's high-water mark to the lowest durable offset over its in-sync
+    /// replicas (this node's flushed offset for itself); never backwards within an epoch.
+    fn advance_high_water(&self, progress: &HashMap<String, Progress>) {
+        for (topic, frag) in self.view.led() {
+            let Ok(log) = self.led_log(&topic, &frag) else {
+                continue;
+            };
+            let own = log.flushed_end().unwrap_or(0);
+            let p = progress.get(&topic);
+            let lowest = frag
+                .isr
+                .iter()
+                .map(|r| {
+                    if *r == self.view.me() {
+                        Some(own)
+                    } else {
+                        p.and_then(|p| p.durable.get(r).copied())
+                    }
+                })
+                .try_fold(u64::MAX, |acc, d| d.map(|d| acc.min(d)));
+            let Some(lowest) = lowest else {
+                continue; // an in-sync replica has not reported yet
+            };
+            let current = log.high_water().ok().flatten();
+            if current.is_none_or(|c| lowest > c) && log.set_high_water(Some(lowest)).is_ok() {
+                self.waker.wake(&topic);
+            }
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! This node's view of fragment placement, refreshed from the Raft state machine whenever its
+//! applied index moves (checked every [`REFRESH`]), so the data path never locks or copies the
+//! metadata per message.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use zper_raft::{ClusterNode, NodeEndpoints, NodeId};
+
+/// How often the view checks for newly applied metadata.
+pub const REFRESH: Duration = Duration::from_millis(10);
+
+/// One fragment as this node sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FragmentView {
+    /// Leader node.
+    pub leader: NodeId,
+    /// Leader epoch.
+    pub epoch: u64,
+    /// Replicas, leader first.
+    pub replicas: Vec<NodeId>,
+    /// In-sync replicas.
+    pub isr: Vec<NodeId>,
+}
+
+impl FragmentView {
+    /// More than one copy: the log is replicated and its readers stop at the high-water mark.
+    pub fn replicated(&self) -> bool {
+        self.replicas.len() > 1
+    }
+}
+
+/// What this node may do with a topic's fragment 0 (what unchanged clients use).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Role {
+    /// Not in the metadata, or one copy led here: the single-node behaviour.
+    Local,
+    /// This node leads a replicated fragment in `epoch`.
+    Leader {
+        /// Leader epoch.
+        epoch: u64,
+    },
+    /// Another node leads it.
+    Follower {
+        /// The leader.
+        leader: NodeId,
+    },
+}
+
+#[derive(Debug, Default)]
+struct Snapshot {
+    applied: u64,
+    fragments: HashMap<String, FragmentView>,
+    nodes: HashMap<NodeId, NodeEndpoints>,
+}
+
+/// Shared, cheaply readable placement of every topic's fragment 0.
+#[derive(Debug, Clone)]
+pub struct PlacementView {
+    me: NodeId,
+    inner: Arc<RwLock<Snapshot>>,
+}
+
+impl PlacementView {
+    /// An empty view for node `me` (filled by [`PlacementView::refresh`]).
+    pub fn new(me: NodeId) -> Self {
+        PlacementView {
+            me,
+            inner: Arc::default(),
+        }
+    }
+
+    /// This node's id.
+    pub fn me(&self) -> NodeId {
+        self.me
+    }
+
+    /// Reloads from `cluster` if its applied index moved; true when it did.
+    pub fn refresh(&self, cluster: &ClusterNode) -> bool {
+        let applied = cluster.state.applied_index();
+        if self.inner.read().is_ok_and(|s| s.applied == applied) {
+            return false;
+        }
+        let built = cluster.state.with_metadata(|m| Snapshot {
+            applied,
+            fragments: m
+                .topics
+                .iter()
+                .filter_map(|(name, t)| {
+                    t.fragments.first().map(|f| {
+                        (
+                            name.clone(),
+                            FragmentView {
+                                leader: f.leader,
+                                epoch: f.leader_epoch,
+                                replicas: f.replicas.clone(),
+                                isr: f.isr.clone(),
+                            },
+                        )
+                    })
+                })
+                .collect(),
+            nodes: m
+                .nodes
+                .iter()
+                .map(|(id, n)| (*id, n.endpoints.clone()))
+                .collect(),
+        });
+        match (built, self.inner.write()) {
+            (Some(s), Ok(mut inner)) => {
+                *inner = s;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Fragment 0 of `topic`, if the metadata has the topic.
+    pub fn fragment(&self, topic: &str) -> Option<FragmentView> {
+        self.inner.read().ok()?.fragments.get(topic).cloned()
+    }
+
+    /// This node's role for `topic`.
+    pub fn role(&self, topic: &str) -> Role {
+        match self.fragment(topic) {
+            None => Role::Local,
+            Some(f) if f.leader == self.me && !f.replicated() => Role::Local,
+            Some(f) if f.leader == self.me => Role::Leader { epoch: f.epoch },
+            Some(f) => Role::Follower { leader: f.leader },
+        }
+    }
+
+    /// Topics whose fragment 0 this node replicates from another leader, with that leader.
+    pub fn followed(&self) -> Vec<(String, FragmentView)> {
+        let Ok(s) = self.inner.read() else {
+            return Vec::new();
+        };
+        let mut out: Vec<(String, FragmentView)> = s
+            .fragments
+            .iter()
+            .filter(|(_, f)| f.leader != self.me && f.replicas.contains(&self.me))
+            .map(|(n, f)| (n.clone(), f.clone()))
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// Replicated topics this node leads.
+    pub fn led(&self) -> Vec<(String, FragmentView)> {
+        let Ok(s) = self.inner.read() else {
+            return Vec::new();
+        };
+        s.fragments
+            .iter()
+            .filter(|(_, f)| f.leader == self.me && f.replicated())
+            .map(|(n, f)| (n.clone(), f.clone()))
+            .collect()
+    }
+
+    /// A node's advertised endpoints.
+    pub fn endpoints(&self, node: NodeId) -> Option<NodeEndpoints> {
+        self.inner.read().ok()?.nodes.get(&node).cloned()
+    }
+
+    /// Starts the thread that keeps the view fresh until `stop`.
+    pub fn spawn_refresher(
+        &self,
+        cluster: ClusterNode,
+        stop: Arc<AtomicBool>,
+    ) -> std::io::Result<JoinHandle<()>> {
+        let view = self.clone();
+        std::thread::Builder::new()
+            .name("zper-placement".into())
+            .spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    view.refresh(&cluster);
+                    std::thread::sleep(REFRESH);
+                }
+            })
+    }
+}
