@@ -113,8 +113,8 @@ impl Default for ClusterSettings {
             voters: Default::default(),
             raft_dir: None,
             lease_ms: 3000,
-            heartbeat_ms: 100,
-            election_timeout_ms: 500,
+            heartbeat_ms: 50,
+            election_timeout_ms: 300,
             admin_token: None,
         }
     }

@@ -56,8 +56,8 @@ impl ClusterConfig {
             voters: BTreeMap::from([(id, endpoints.clone())]),
             endpoints,
             dir,
-            heartbeat_ms: 100,
-            election_timeout_ms: 500,
+            heartbeat_ms: 50,
+            election_timeout_ms: 300,
             snapshot_every: 1000,
             admin_token: None,
         }

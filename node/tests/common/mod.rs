@@ -239,12 +239,19 @@ impl ChildNode {
     }
 
     pub fn spawn_with_args(config: &Path, w: u16, r: u16, a: u16, args: Vec<String>) -> ChildNode {
+        // The node's log goes beside its config (`<config>.log`, appended across restarts).
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(config.with_extension("log"))
+            .map(Stdio::from)
+            .unwrap_or_else(|_| Stdio::null());
         let child = Command::new(env!("CARGO_BIN_EXE_zper"))
             .arg("--config")
             .arg(config)
             .args(&args)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()
             .expect("spawn zper");
         let node = ChildNode {
@@ -257,7 +264,14 @@ impl ChildNode {
         };
         assert!(
             eventually(|| std::net::TcpStream::connect(("127.0.0.1", r)).is_ok()),
-            "zper did not start listening"
+            "zper did not start listening: {}",
+            std::fs::read_to_string(config.with_extension("log"))
+                .unwrap_or_default()
+                .lines()
+                .rev()
+                .take(5)
+                .collect::<Vec<_>>()
+                .join(" | ")
         );
         node
     }
@@ -281,6 +295,20 @@ impl ChildNode {
         let _ = self.child.wait();
     }
 
+    /// SIGSTOP: the process freezes (its sockets stay open, nothing answers).
+    pub fn pause(&self) {
+        let _ = Command::new("kill")
+            .args(["-STOP", &self.child.id().to_string()])
+            .status();
+    }
+
+    /// SIGCONT after [`ChildNode::pause`].
+    pub fn resume(&self) {
+        let _ = Command::new("kill")
+            .args(["-CONT", &self.child.id().to_string()])
+            .status();
+    }
+
     pub fn terminate(&mut self) -> std::process::ExitStatus {
         let pid = self.child.id().to_string();
         let _ = Command::new("kill").args(["-TERM", &pid]).status();
@@ -290,6 +318,7 @@ impl ChildNode {
 
 impl Drop for ChildNode {
     fn drop(&mut self) {
+        self.resume();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
