@@ -55,6 +55,7 @@ impl From<MetadataError> for ApiError {
             MetadataError::InvalidArgument(_) => (StatusCode::BAD_REQUEST, "invalid_argument"),
             MetadataError::NotEnoughNodes { .. } => (StatusCode::CONFLICT, "not_enough_nodes"),
             MetadataError::NotMember(_) => (StatusCode::CONFLICT, "not_member"),
+            MetadataError::StaleEpoch { .. } => (StatusCode::CONFLICT, "stale_epoch"),
             MetadataError::DuplicateNodeId { .. } => (StatusCode::CONFLICT, "duplicate_node_id"),
         };
         ApiError::new(status, code, e.to_string())

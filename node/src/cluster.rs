@@ -182,6 +182,11 @@ impl Member {
         })
     }
 
+    /// The runtime's handle (to propose from zmq threads without blocking them).
+    pub(crate) fn handle(&self) -> tokio::runtime::Handle {
+        self.runtime.handle().clone()
+    }
+
     /// The Raft member (to read metadata and the leader).
     pub(crate) fn node(&self) -> ClusterNode {
         self.node.clone()

@@ -57,6 +57,12 @@ pub struct NodeConfig {
     pub controller_bind: String,
     /// Replication ROUTER endpoint (`replica.bind`, default `tcp://*:5560`; issue #4).
     pub replica_bind: String,
+    /// A replica not caught up with its leader for this long leaves the ISR
+    /// (`replica.lag_ms`, default 5000).
+    pub replica_lag: Duration,
+    /// Fewest in-sync replicas (leader included) for a write that needs an ack (`min_insync`;
+    /// default 2 when a topic has 3 or more replicas, else 1; capped at the replica count).
+    pub min_insync: Option<u64>,
     /// Largest frame accepted from a producer, bytes (`max_message`); also bounds FETCH replies.
     pub max_message: usize,
     /// Writer ROUTER receive high-water mark, messages (`receive_hwm`).
@@ -141,6 +147,8 @@ const KNOWN: &[&str] = &[
     "ack.bind",
     "controller.bind",
     "replica.bind",
+    "replica.lag_ms",
+    "min_insync",
     "node.id",
     "node.name",
     "node.lease_ms",
@@ -175,6 +183,8 @@ impl Default for NodeConfig {
             ack_bind: "tcp://*:5557".into(),
             controller_bind: "tcp://*:5558".into(),
             replica_bind: "tcp://*:5560".into(),
+            replica_lag: Duration::from_millis(5000),
+            min_insync: None,
             max_message: 8_388_608,
             receive_hwm: 1024,
             receive_buffer: 1_048_576,
@@ -297,6 +307,10 @@ impl NodeConfig {
                 }
                 *field = v;
             }
+        }
+        c.replica_lag = Duration::from_millis(num(map, "replica.lag_ms", 5000, 10)?);
+        if map.contains_key("min_insync") {
+            c.min_insync = Some(num(map, "min_insync", 1, 1)?);
         }
         c.cluster = cluster_settings(map)?;
         let mut unknown: Vec<String> = map

@@ -45,6 +45,8 @@ pub struct Counters {
     pub append_errors: AtomicU64,
     /// Writer messages dropped: another node leads the topic's replicated fragment.
     pub not_leader: AtomicU64,
+    /// Writer messages refused with status 103: fewer in-sync replicas than `min_insync`.
+    pub not_enough_replicas: AtomicU64,
     /// Acks that could not be delivered (peer gone or its queue full); never stops the writer.
     pub acks_dropped: AtomicU64,
     /// Acks sent.
@@ -83,6 +85,7 @@ impl Default for Counters {
             empty_messages: AtomicU64::new(0),
             append_errors: AtomicU64::new(0),
             not_leader: AtomicU64::new(0),
+            not_enough_replicas: AtomicU64::new(0),
             acks_dropped: AtomicU64::new(0),
             acks_sent: AtomicU64::new(0),
             bad_requests: AtomicU64::new(0),
@@ -291,6 +294,7 @@ impl Collector for CountersCollector {
             ("empty_message", &k.empty_messages),
             ("append_error", &k.append_errors),
             ("not_leader", &k.not_leader),
+            ("not_enough_replicas", &k.not_enough_replicas),
             ("bad_request", &k.bad_requests),
         ] {
             catch_up(

@@ -203,6 +203,7 @@ impl Node {
                 allow_empty_message: config.store.allow_empty_message,
                 policy: config.store.flush,
                 view: Some(view.clone()),
+                min_insync: config.min_insync,
             },
             store.clone(),
             notice_tx,
@@ -213,11 +214,16 @@ impl Node {
         threads.extend(crate::replication::start(
             &ctx,
             rep,
-            store.clone(),
-            view.clone(),
-            writer.waker.clone(),
-            counters.clone(),
-            stop.clone(),
+            crate::replication::Context {
+                store: store.clone(),
+                view: view.clone(),
+                waker: writer.waker.clone(),
+                counters: counters.clone(),
+                stop: stop.clone(),
+                cluster: member.node(),
+                runtime: member.handle(),
+                lag: config.replica_lag,
+            },
         )?);
         let cap = config.max_message as u64 + 9;
         let reader = reader::start(

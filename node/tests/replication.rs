@@ -20,6 +20,11 @@ struct Cluster {
 
 impl Cluster {
     fn start() -> Cluster {
+        Self::start_with("")
+    }
+
+    /// Three nodes with `extra` config lines each.
+    fn start_with(extra: &str) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
         let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
         let quorum: String = (0..3)
@@ -34,7 +39,7 @@ impl Cluster {
                     &data[i],
                     ports[i],
                     &format!(
-                        "node.id = {}\n{quorum}node.lease_ms = 1500\nflush_interval = 50\n",
+                        "node.id = {}\n{quorum}node.lease_ms = 1500\nflush_interval = 50\n{extra}",
                         i + 1
                     ),
                 )
@@ -82,6 +87,12 @@ impl Cluster {
             }
             match s.recv_multipart(0) {
                 Ok(reply) if reply == [key.to_vec()] => acked.push(id),
+                // Refused (below min_insync, or not the leader): not stored, not acknowledged.
+                Ok(reply)
+                    if reply.len() == 2
+                        && reply[0] == key
+                        && (reply[1] == [zper_wire::WRITER_NOT_ENOUGH_REPLICAS]
+                            || reply[1] == [zper_wire::WRITER_NOT_LEADER]) => {}
                 Ok(other) => panic!("unexpected ack {other:?}"),
                 Err(_) => s = client(&self.ctx, zmq::REQ, &identity(topic, 2), &endpoint),
             }
@@ -92,6 +103,26 @@ impl Cluster {
     /// Every file of `topic`'s directory on `node`, segments only.
     fn segments(&self, node: u64, topic: &str) -> BTreeMap<String, Vec<u8>> {
         segment_files(&self.data[node as usize - 1].join(topic))
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for (i, d) in self.data.iter().enumerate() {
+                let log = std::fs::read_to_string(d.with_extension("log")).unwrap_or_default();
+                let tail: Vec<&str> = log
+                    .lines()
+                    .rev()
+                    .filter(|l| !l.contains("openraft"))
+                    .take(40)
+                    .collect();
+                eprintln!("--- node {} log (newest first) ---", i + 1);
+                for l in tail {
+                    eprintln!("{l}");
+                }
+            }
+        }
     }
 }
 
@@ -164,6 +195,12 @@ fn acknowledged_messages_survive_sigkill_of_the_leader_on_byte_identical_copies(
     let follower_writer = c.node(follower).writer.clone();
     let s = client(&c.ctx, zmq::DEALER, &identity("rep", 0), &follower_writer);
     s.send_multipart([&b"x"[..], b"stray"], 0).expect("send");
+    let req = client(&c.ctx, zmq::REQ, &identity("rep", 2), &follower_writer);
+    assert_eq!(
+        request(&req, &[b"y", b"stray"]),
+        vec![b"y".to_vec(), vec![zper_wire::WRITER_NOT_LEADER]],
+        "a follower answers 'not the leader'"
+    );
     let leader_files = c.segments(leader, "rep");
     assert!(!leader_files.is_empty());
     assert_eq!(ids_in(&concat(&leader_files)), first);
@@ -197,7 +234,18 @@ fn acknowledged_messages_survive_sigkill_of_the_leader_on_byte_identical_copies(
     let new_leader = c.fragment(survivor, "rep")["leader"]
         .as_u64()
         .expect("leader");
-    let second = c.produce_acked(new_leader, "rep", 200..300);
+    // Writes go to the node that knows it leads (a follower does not append; forwarding to
+    // the leader is not there yet).
+    assert!(eventually(
+        || c.fragment(new_leader, "rep")["leader"] == json!(new_leader)
+    ));
+    // (Its writer learns it leads within its placement view's refresh, 10 ms: until then it
+    // answers 104, not the leader.)
+    assert!(eventually(
+        || c.produce_acked(new_leader, "rep", 200..201) == [200]
+    ));
+    let mut second = vec![200];
+    second.extend(c.produce_acked(new_leader, "rep", 201..300));
     assert_eq!(second.len(), 100, "the new leader takes writes");
 
     // The old leader restarts and catches up as a replica: all copies equal again.
@@ -212,6 +260,14 @@ fn acknowledged_messages_survive_sigkill_of_the_leader_on_byte_identical_copies(
     let all = ids_in(&concat(&c.segments(leader, "rep")));
     let expected: Vec<u32> = first.iter().chain(&second).copied().collect();
     assert_eq!(all, expected, "every acknowledged message once, in order");
+    // Caught up, it rejoins the in-sync replicas.
+    assert!(
+        eventually(|| c.fragment(new_leader, "rep")["isr"]
+            .as_array()
+            .is_some_and(|isr| isr.len() == 3)),
+        "{}",
+        c.fragment(new_leader, "rep")
+    );
 }
 
 /// Reads `topic` from `offset` on `reader`, message by message, until `count` message ids
@@ -326,8 +382,18 @@ fn a_diverged_former_leader_drops_its_unacknowledged_tail_and_a_consumer_moves_n
     let new_leader = c.fragment(survivor, "div")["leader"]
         .as_u64()
         .expect("leader");
-    let more = c.produce_acked(new_leader, "div", 50..80);
-    assert_eq!(more.len(), 30);
+    // Writes go to the node that knows it leads (a follower does not append; forwarding to
+    // the leader is not there yet).
+    assert!(eventually(
+        || c.fragment(new_leader, "div")["leader"] == json!(new_leader)
+    ));
+    // The other survivor was frozen too: its lease may have lapsed, leaving the new leader
+    // alone in the ISR (below min_insync 2, so acked writes get 103) until it rejoins.
+    assert!(eventually(
+        || c.produce_acked(new_leader, "div", 50..51) == [50]
+    ));
+    let more = c.produce_acked(new_leader, "div", 51..80);
+    assert_eq!(more.len(), 29);
 
     // The consumer moves to another node and continues at its offset: no gap, no duplicate.
     let reader = c.nodes[new_leader as usize - 1].reader.clone();
@@ -349,4 +415,95 @@ fn a_diverged_former_leader_drops_its_unacknowledged_tail_and_a_consumer_moves_n
         (0..80).collect::<Vec<u32>>(),
         "the unacknowledged tail is gone"
     );
+}
+
+#[test]
+fn below_min_insync_acked_writes_are_refused_with_a_status_and_reads_go_on() {
+    let c = Cluster::start_with("min_insync = 3\nreplica.lag_ms = 300\n");
+    let (s, body) = http(
+        "POST",
+        &c.http(1),
+        "/v1/topics/strict",
+        Some(r#"{"replication_factor": 3}"#),
+    )
+    .expect("answer");
+    assert_eq!(s, 201, "{body}");
+    let created: Value = serde_json::from_str(&body).expect("json");
+    let leader = created["fragments"][0]["leader"].as_u64().expect("leader");
+    assert!(eventually(
+        || (1..=3).all(|n| c.fragment(n, "strict")["leader"] == json!(leader))
+    ));
+    assert_eq!(c.produce_acked(leader, "strict", 0..20).len(), 20);
+
+    // One follower freezes: it falls behind, leaves the ISR, and acked writes are refused.
+    let frozen = (1..=3).find(|n| *n != leader).expect("follower");
+    c.nodes[frozen as usize - 1].pause();
+    assert!(
+        eventually(|| c.fragment(leader, "strict")["isr"]
+            .as_array()
+            .is_some_and(|isr| isr.len() == 2 && !isr.contains(&json!(frozen)))),
+        "{}",
+        c.fragment(leader, "strict")
+    );
+    let writer = c.nodes[leader as usize - 1].writer.clone();
+    let req = client(&c.ctx, zmq::REQ, &identity("strict", 2), &writer);
+    assert!(
+        eventually(|| {
+            req.send_multipart([&99u32.to_be_bytes()[..], b"refused"], 0)
+                .is_ok()
+                && req.recv_multipart(0).is_ok_and(|r| {
+                    r == [
+                        99u32.to_be_bytes().to_vec(),
+                        vec![zper_wire::WRITER_NOT_ENOUGH_REPLICAS],
+                    ]
+                })
+        }),
+        "a mode-2 write gets status 103"
+    );
+    let metrics = http("GET", &c.http(leader), "/metrics", None)
+        .expect("metrics")
+        .1;
+    assert!(
+        metrics.lines().any(|l| l
+            .starts_with(r#"zper_rejected_total{reason="not_enough_replicas"}"#)
+            && !l.ends_with(" 0")),
+        "counted"
+    );
+    // Reads are still served; refused messages were not stored (a probe sent while the
+    // ISR was still full may be, as in Kafka: it was appended before the ISR shrank).
+    let r = client(
+        &c.ctx,
+        zmq::DEALER,
+        &identity("strict", 0),
+        &c.nodes[leader as usize - 1].reader,
+    );
+    let stored = ids_in(&read_all(&r));
+    assert_eq!(stored[..20], (0..20).collect::<Vec<u32>>());
+    assert!(stored[20..].iter().all(|id| *id == 99), "{stored:?}");
+    let probes = stored.len() - 20;
+
+    // It thaws, catches up, rejoins the ISR, and acked writes work again.
+    c.nodes[frozen as usize - 1].resume();
+    assert!(
+        eventually(|| c.fragment(leader, "strict")["isr"]
+            .as_array()
+            .is_some_and(|isr| isr.len() == 3)),
+        "{}",
+        c.fragment(leader, "strict")
+    );
+    // (The writer sees the new ISR within its view's refresh, 10 ms.)
+    assert!(eventually(
+        || c.produce_acked(leader, "strict", 20..21) == [20]
+    ));
+    assert_eq!(c.produce_acked(leader, "strict", 21..30).len(), 9);
+    assert!(eventually(|| {
+        let a = c.segments(leader, "strict");
+        (1..=3).all(|n| c.segments(n, "strict") == a)
+    }));
+    let all = ids_in(&concat(&c.segments(frozen, "strict")));
+    let expected: Vec<u32> = (0..20)
+        .chain(std::iter::repeat_n(99, probes))
+        .chain(20..30)
+        .collect();
+    assert_eq!(all, expected);
 }

@@ -12,6 +12,17 @@ pub mod record;
 pub mod replication;
 
 pub use identity::{topic_hash, AckMode, Identity, IdentityError, MAX_TOPIC_LEN};
+
+/// Status frame a cluster node appends to a writer reply instead of acknowledging (issue #4):
+/// the topic's fragment has fewer in-sync replicas than `min_insync`, so the message was not
+/// stored. Mode 1 gets `[message id][103]`, mode 2 `[empty][message id][103]`; a plain ack has
+/// no status frame. (ZPER's reader statuses are 100-102; 103 continues the family.)
+pub const WRITER_NOT_ENOUGH_REPLICAS: u8 = 103;
+
+/// Status frame of a writer reply from a cluster node that does not lead the topic's
+/// fragment (issue #4): the message was not stored; send it to the leader (controller
+/// `TOPIC`, `/v1/topics/{name}`). Same frame layout as [`WRITER_NOT_ENOUGH_REPLICAS`].
+pub const WRITER_NOT_LEADER: u8 = 104;
 pub use identity::{topic_of, validate_topic};
 pub use reader::{ReaderReply, ReaderRequest, RequestError, Status, Timestamp};
 pub use record::{

@@ -79,6 +79,8 @@ pub(crate) struct WriterSettings {
     pub(crate) policy: FlushPolicy,
     /// Who leads each topic (issue #4); `None`: every topic is local.
     pub(crate) view: Option<PlacementView>,
+    /// `min_insync` (issue #4).
+    pub(crate) min_insync: Option<u64>,
 }
 
 /// Starts the front thread and `workers` worker threads over a bound ROUTER.
@@ -104,6 +106,7 @@ pub(crate) fn start(
             rx,
             wake,
             view: view.clone(),
+            min_insync: settings.min_insync,
             acks: push,
             notices: notices.clone(),
             store: store.clone(),
@@ -365,6 +368,8 @@ struct Worker {
     wake: Receiver<()>,
     /// Who leads each topic (issue #4): followers do not append.
     view: Option<PlacementView>,
+    /// `min_insync` (issue #4).
+    min_insync: Option<u64>,
     acks: zmq::Socket,
     notices: Sender<FlushNotice>,
     store: Arc<Store>,
@@ -476,15 +481,29 @@ impl Worker {
         let role = self.view.as_ref().map_or(Role::Local, |v| v.role(topic));
         if let Role::Follower { leader } = role {
             // Another node leads this replicated topic: appending here would fork the log.
-            debug!(topic = %topic, leader, "write to a follower dropped");
+            debug!(topic = %topic, leader, "write to a follower refused");
             Counters::add(&counters.not_leader, messages);
+            for a in run {
+                self.refuse(a, zper_wire::WRITER_NOT_LEADER);
+            }
             return;
+        }
+        if let Role::Leader {
+            epoch,
+            in_sync,
+            replicas,
+        } = role
+        {
+            if in_sync < crate::replication::min_insync(self.min_insync, replicas) {
+                self.refuse_acked(topic, epoch, run, bytes, base);
+                return;
+            }
         }
         let Some(work) = self.topic(topic) else {
             Counters::add(&counters.append_errors, messages);
             return;
         };
-        if let Role::Leader { epoch } = role {
+        if let Role::Leader { epoch, .. } = role {
             if let Err(e) = crate::replication::claim_epoch(&work.log, epoch) {
                 error!(topic = %topic, error = %e, "cannot record leader epoch");
                 Counters::add(&counters.append_errors, messages);
@@ -528,6 +547,80 @@ impl Worker {
         }
         if let Some(last) = run.last() {
             work.last_id.clone_from(&last.last_id);
+        }
+    }
+
+    /// Answers a producer that waits for acks with `status` instead of an ack: mode 1
+    /// `[message id][status]`, mode 2 `[empty][message id][status]`; mode 0 gets nothing.
+    fn refuse(&self, a: &Append, status: u8) {
+        let reply = match a.producer.mode {
+            AckMode::None => return,
+            AckMode::PerMessage => vec![
+                a.producer.routing_id.clone(),
+                Vec::new(),
+                a.last_id.clone(),
+                vec![status],
+            ],
+            AckMode::PerFlush => vec![
+                a.producer.routing_id.clone(),
+                a.last_id.clone(),
+                vec![status],
+            ],
+        };
+        let _ = self.acks.send_multipart(reply, 0);
+    }
+
+    /// Below `min_insync`: producers that wait for acks get status 103 instead and their
+    /// messages are not stored; fire-and-forget (mode 0) messages are stored as usual.
+    fn refuse_acked(
+        &mut self,
+        topic: &Arc<str>,
+        epoch: u64,
+        run: &[Append],
+        bytes: &[u8],
+        base: usize,
+    ) {
+        let mut kept = Vec::new();
+        let mut kept_appends = Vec::new();
+        let mut start = base;
+        for a in run {
+            let slice = &bytes[start - base..a.bytes_end - base];
+            match a.producer.mode {
+                AckMode::None => {
+                    kept.extend_from_slice(slice);
+                    kept_appends.push(Append {
+                        producer: a.producer.clone(),
+                        bytes_end: base + kept.len(),
+                        messages: a.messages,
+                        last_id: a.last_id.clone(),
+                    });
+                }
+                _ => {
+                    Counters::add(&self.counters.not_enough_replicas, a.messages);
+                    self.refuse(a, zper_wire::WRITER_NOT_ENOUGH_REPLICAS);
+                }
+            }
+            start = a.bytes_end;
+        }
+        if !kept.is_empty() {
+            let messages = kept_appends.iter().map(|a| a.messages).sum();
+            // The view still says leader with too few in sync: append as leader (no acks wait).
+            let Some(work) = self.topic(topic) else {
+                Counters::add(&self.counters.append_errors, messages);
+                return;
+            };
+            let appended = crate::replication::claim_epoch(&work.log, epoch)
+                .and_then(|()| work.log.append(&kept));
+            match appended {
+                Ok(_) => {
+                    Counters::add(&self.counters.messages_stored, messages);
+                    Counters::add(&self.counters.bytes_stored, kept.len() as u64);
+                }
+                Err(e) => {
+                    error!(topic = %topic, error = %e, "append failed");
+                    Counters::add(&self.counters.append_errors, messages);
+                }
+            }
         }
     }
 

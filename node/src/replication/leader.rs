@@ -46,12 +46,37 @@ pub(crate) struct Leader {
     pub(crate) counters: Arc<Counters>,
     pub(crate) stop: Arc<AtomicBool>,
     pub(crate) max_bytes: u32,
+    pub(crate) cluster: zper_raft::ClusterNode,
+    pub(crate) runtime: tokio::runtime::Handle,
+    /// `replica.lag_ms`: a replica not caught up for this long leaves the ISR.
+    pub(crate) lag: Duration,
+}
+
+/// How often the ISR of each led fragment is reviewed.
+const ISR_REVIEW: Duration = Duration::from_millis(50);
+/// How long a proposed ISR change is given to show up before it is proposed again.
+const ISR_PENDING: Duration = Duration::from_secs(2);
+
+/// The leader's bookkeeping for ISR changes (Kafka's `lastCaughtUpTime`).
+#[derive(Default)]
+struct IsrState {
+    /// When each (topic, replica) last caught up: fetched at or past the leader's log end as it
+    /// was at the replica's previous fetch.
+    caught_up: HashMap<(String, NodeId), Instant>,
+    /// The leader's log end at each (topic, replica)'s previous fetch.
+    end_at_fetch: HashMap<(String, NodeId), u64>,
+    /// Since when this node leads each topic, in which epoch.
+    leading: HashMap<String, (u64, Instant)>,
+    /// Proposed and not yet applied ISR changes.
+    pending: HashMap<String, Instant>,
+    last_review: Option<Instant>,
 }
 
 impl Leader {
     pub(crate) fn run(self) {
         let mut parked: Vec<Parked> = Vec::new();
         let mut progress: HashMap<String, Progress> = HashMap::new();
+        let mut isr = IsrState::default();
         while !self.stop.load(Ordering::Relaxed) {
             let timeout = if parked.is_empty() { 20 } else { TICK_MS };
             match self.router.poll(zmq::POLLIN, timeout) {
@@ -75,7 +100,7 @@ impl Leader {
                 };
                 match FetchRequest::decode(rest) {
                     Ok(req) => {
-                        if let Some(reply) = self.fetch(&req, &mut progress) {
+                        if let Some(reply) = self.fetch(&req, &mut progress, &mut isr) {
                             self.send(routing_id, reply);
                         } else {
                             parked.push(Parked {
@@ -93,6 +118,7 @@ impl Leader {
                 }
             }
             self.advance_high_water(&progress);
+            self.review_isr(&progress, &mut isr);
             let now = Instant::now();
             let mut still = Vec::with_capacity(parked.len());
             for p in parked.drain(..) {
@@ -126,6 +152,7 @@ impl Leader {
         &self,
         req: &FetchRequest,
         progress: &mut HashMap<String, Progress>,
+        isr: &mut IsrState,
     ) -> Option<FetchReply> {
         let Some(frag) = self.view.fragment(&req.topic) else {
             return Some(FetchReply::BadRequest);
@@ -159,10 +186,99 @@ impl Leader {
             .or_default()
             .durable
             .insert(req.replica, req.offset);
+        let key = (req.topic.clone(), req.replica);
+        if req.offset == written
+            || isr
+                .end_at_fetch
+                .get(&key)
+                .is_some_and(|end| req.offset >= *end)
+        {
+            isr.caught_up.insert(key.clone(), Instant::now());
+        }
+        isr.end_at_fetch.insert(key, written);
         if req.offset == written {
             return None;
         }
         Some(self.answer(req, false))
+    }
+
+    /// Shrinks the ISR of led fragments by replicas not caught up for `lag`, and grows it by
+    /// replicas that caught up (durable at or past the high-water mark and fetching from the
+    /// log end), through a Raft `SetIsr` in the current epoch.
+    fn review_isr(&self, progress: &HashMap<String, Progress>, st: &mut IsrState) {
+        let now = Instant::now();
+        if st.last_review.is_some_and(|t| now - t < ISR_REVIEW) {
+            return;
+        }
+        st.last_review = Some(now);
+        for (topic, frag) in self.view.led() {
+            let since = match st.leading.get(&topic) {
+                Some((epoch, since)) if *epoch == frag.epoch => *since,
+                _ => {
+                    st.leading.insert(topic.clone(), (frag.epoch, now));
+                    now
+                }
+            };
+            if st
+                .pending
+                .get(&topic)
+                .is_some_and(|t| now - *t < ISR_PENDING)
+            {
+                continue;
+            }
+            let Some(log) = self.store.topic(&topic) else {
+                continue;
+            };
+            let hw = log.high_water().ok().flatten().unwrap_or(0);
+            let me = self.view.me();
+            let recent = |r: NodeId| {
+                let last = st
+                    .caught_up
+                    .get(&(topic.clone(), r))
+                    .copied()
+                    .unwrap_or(since)
+                    .max(since);
+                now - last <= self.lag
+            };
+            let mut next: Vec<NodeId> = frag
+                .isr
+                .iter()
+                .copied()
+                .filter(|r| *r == me || recent(*r))
+                .collect();
+            for r in &frag.replicas {
+                let durable = progress.get(&topic).and_then(|p| p.durable.get(r)).copied();
+                let caught_up = st.caught_up.contains_key(&(topic.clone(), *r));
+                if !next.contains(r) && caught_up && recent(*r) && durable.is_some_and(|d| d >= hw)
+                {
+                    next.push(*r);
+                }
+            }
+            let mut a = next.clone();
+            let mut b = frag.isr.clone();
+            a.sort_unstable();
+            b.sort_unstable();
+            if a == b {
+                st.pending.remove(&topic);
+                continue;
+            }
+            info!(topic = %topic, from = ?frag.isr, to = ?next, "proposing ISR change");
+            st.pending.insert(topic.clone(), now);
+            let node = self.cluster.clone();
+            let command = zper_raft::metadata::Command::SetIsr {
+                topic,
+                fragment: 0,
+                leader_epoch: frag.epoch,
+                isr: next,
+            };
+            self.runtime.spawn(async move {
+                match node.propose(command).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => debug!(error = %e, "ISR change refused"),
+                    Err(e) => debug!(error = %e, "ISR change not committed"),
+                }
+            });
+        }
     }
 
     /// The log of a topic this node leads, with its epoch recorded (before any append in it).

@@ -56,19 +56,48 @@ pub fn claim_epoch(log: &TopicLog, epoch: u64) -> Result<(), StoreError> {
     log.assign_epoch(epoch, log.written_end()?)
 }
 
+/// The fewest in-sync replicas a write that needs an ack requires: `configured` capped at the
+/// replica count, or by default 2 with 3 or more replicas, else 1 (issue #4).
+pub fn min_insync(configured: Option<u64>, replicas: usize) -> usize {
+    match configured {
+        Some(m) => (m as usize).clamp(1, replicas.max(1)),
+        None if replicas >= 3 => 2,
+        None => 1,
+    }
+}
+
+/// What the replication threads share with the rest of the node.
+pub(crate) struct Context {
+    pub(crate) store: Arc<Store>,
+    pub(crate) view: PlacementView,
+    pub(crate) waker: Waker,
+    pub(crate) counters: Arc<Counters>,
+    pub(crate) stop: Arc<AtomicBool>,
+    /// To propose ISR changes.
+    pub(crate) cluster: zper_raft::ClusterNode,
+    pub(crate) runtime: tokio::runtime::Handle,
+    /// `replica.lag_ms`.
+    pub(crate) lag: std::time::Duration,
+}
+
 /// Starts the replication endpoint and the fetcher threads.
 ///
 /// Errors: a thread could not be spawned.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn start(
     ctx: &zmq::Context,
     router: zmq::Socket,
-    store: Arc<Store>,
-    view: PlacementView,
-    waker: Waker,
-    counters: Arc<Counters>,
-    stop: Arc<AtomicBool>,
+    shared: Context,
 ) -> Result<Vec<JoinHandle<()>>, zmq::Error> {
+    let Context {
+        store,
+        view,
+        waker,
+        counters,
+        stop,
+        cluster,
+        runtime,
+        lag,
+    } = shared;
     let leader = leader::Leader {
         router,
         store: store.clone(),
@@ -77,6 +106,9 @@ pub(crate) fn start(
         counters,
         stop: stop.clone(),
         max_bytes: FETCH_MAX_BYTES,
+        cluster,
+        runtime,
+        lag,
     };
     let follower = follower::Follower {
         ctx: ctx.clone(),

@@ -42,6 +42,10 @@ pub enum Role {
     Leader {
         /// Leader epoch.
         epoch: u64,
+        /// In-sync replicas, the leader included.
+        in_sync: usize,
+        /// Replicas, the leader included.
+        replicas: usize,
     },
     /// Another node leads it.
     Follower {
@@ -128,7 +132,11 @@ impl PlacementView {
         match self.fragment(topic) {
             None => Role::Local,
             Some(f) if f.leader == self.me && !f.replicated() => Role::Local,
-            Some(f) if f.leader == self.me => Role::Leader { epoch: f.epoch },
+            Some(f) if f.leader == self.me => Role::Leader {
+                epoch: f.epoch,
+                in_sync: f.isr.len(),
+                replicas: f.replicas.len(),
+            },
             Some(f) => Role::Follower { leader: f.leader },
         }
     }

@@ -306,6 +306,7 @@ impl ChildNode {
     pub fn resume(&self) {
         let _ = Command::new("kill")
             .args(["-CONT", &self.child.id().to_string()])
+            .stderr(Stdio::null())
             .status();
     }
 

@@ -4,6 +4,7 @@ use zper_wire::validate_topic;
 
 use super::placement::{place, rebalance, PlacementChange, PlacementReason};
 use super::{Applied, Command, CommandResult, Metadata, MetadataError, NodeRecord, TopicRecord};
+use crate::NodeId;
 
 /// Default retention when a topic is created without one, hours.
 pub const DEFAULT_RETAIN_HOURS: u32 = 168;
@@ -116,6 +117,46 @@ impl Metadata {
                     return Err(MetadataError::UnknownNode(*id));
                 }
                 self.dolly_leader = Some(*id);
+                Ok(Applied::Done)
+            }
+            Command::SetIsr {
+                topic,
+                fragment,
+                leader_epoch,
+                isr,
+            } => {
+                let t = self
+                    .topics
+                    .get_mut(topic)
+                    .ok_or_else(|| MetadataError::UnknownTopic(topic.clone()))?;
+                let f = t.fragments.get_mut(*fragment as usize).ok_or_else(|| {
+                    MetadataError::InvalidArgument(format!("no fragment {fragment} in {topic}"))
+                })?;
+                if f.leader_epoch != *leader_epoch {
+                    return Err(MetadataError::StaleEpoch {
+                        topic: topic.clone(),
+                        fragment: *fragment,
+                        current: f.leader_epoch,
+                        given: *leader_epoch,
+                    });
+                }
+                if !isr.contains(&f.leader) || isr.iter().any(|n| !f.replicas.contains(n)) {
+                    return Err(MetadataError::InvalidArgument(format!(
+                        "isr {isr:?} must hold the leader {} and only replicas {:?}",
+                        f.leader, f.replicas
+                    )));
+                }
+                // Replica order, leader first: the same list on every node whatever the order given.
+                let next: Vec<NodeId> = f
+                    .replicas
+                    .iter()
+                    .copied()
+                    .filter(|n| isr.contains(n))
+                    .collect();
+                if next != f.isr {
+                    f.isr = next;
+                    f.last_change = Some(PlacementReason::IsrChanged);
+                }
                 Ok(Applied::Done)
             }
         }
@@ -349,6 +390,47 @@ mod tests {
             m.apply(&register(3, 4)).expect("re-register"),
             Applied::Placement(Vec::new())
         );
+    }
+
+    #[test]
+    fn isr_changes_apply_only_in_the_leaders_epoch_and_within_the_replicas() {
+        let mut m = Metadata::default();
+        for id in 1..=3 {
+            m.apply(&register(id, 0)).expect("register");
+        }
+        m.apply(&create("t", 1, 1)).expect("create");
+        let f = m.topics["t"].fragments[0].clone();
+        let (leader, epoch) = (f.leader, f.leader_epoch);
+        let other = f.replicas[1];
+        let set = |isr: Vec<NodeId>, leader_epoch: u64| Command::SetIsr {
+            topic: "t".into(),
+            fragment: 0,
+            leader_epoch,
+            isr,
+        };
+        m.apply(&set(vec![leader], epoch)).expect("shrink");
+        assert_eq!(m.topics["t"].fragments[0].isr, vec![leader]);
+        assert_eq!(
+            m.topics["t"].fragments[0].last_change,
+            Some(PlacementReason::IsrChanged)
+        );
+        let before = m.clone();
+        assert!(matches!(
+            m.apply(&set(vec![leader, other], epoch + 1)),
+            Err(MetadataError::StaleEpoch { .. })
+        ));
+        assert!(matches!(
+            m.apply(&set(vec![other], epoch)),
+            Err(MetadataError::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            m.apply(&set(vec![leader, 9], epoch)),
+            Err(MetadataError::InvalidArgument(_))
+        ));
+        assert_eq!(m, before);
+        // Rejoining: given in any order, stored in replica order, leader first.
+        m.apply(&set(vec![other, leader], epoch)).expect("expand");
+        assert_eq!(m.topics["t"].fragments[0].isr, vec![leader, other]);
     }
 
     #[test]

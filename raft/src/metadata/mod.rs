@@ -144,6 +144,19 @@ pub enum Command {
         /// Node id.
         id: NodeId,
     },
+    /// The fragment's leader changes its in-sync replica set (issue #4): a replica that fell
+    /// behind for `replica.lag_ms` leaves, one that caught up rejoins. Applied only in the
+    /// epoch it names (a deposed leader's late proposal is refused).
+    SetIsr {
+        /// Topic name.
+        topic: String,
+        /// Fragment id.
+        fragment: u32,
+        /// The proposer's leader epoch.
+        leader_epoch: u64,
+        /// The new in-sync replicas (a subset of the replicas, with the leader).
+        isr: Vec<NodeId>,
+    },
 }
 
 /// What applying a command did.
@@ -191,6 +204,18 @@ pub enum MetadataError {
         member_http: String,
         /// The address the registering node advertises.
         registering_http: String,
+    },
+    /// A command for an older leader epoch than the fragment's.
+    #[error("stale leader epoch {given} for {topic}/{fragment}: it is {current}")]
+    StaleEpoch {
+        /// Topic name.
+        topic: String,
+        /// Fragment id.
+        fragment: u32,
+        /// The fragment's epoch.
+        current: u64,
+        /// The command's epoch.
+        given: u64,
     },
     /// A count out of range.
     #[error("invalid argument: {0}")]

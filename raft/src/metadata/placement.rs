@@ -27,6 +27,8 @@ pub enum PlacementReason {
     NodeRemoved(NodeId),
     /// One or more nodes' leases ended.
     LeasesExpired,
+    /// The leader changed the in-sync replica set (a replica fell behind or caught up).
+    IsrChanged,
 }
 
 impl std::fmt::Display for PlacementReason {
@@ -36,6 +38,7 @@ impl std::fmt::Display for PlacementReason {
             PlacementReason::NodeJoined(n) => write!(f, "node {n} joined"),
             PlacementReason::NodeRemoved(n) => write!(f, "node {n} removed"),
             PlacementReason::LeasesExpired => write!(f, "leases expired"),
+            PlacementReason::IsrChanged => write!(f, "in-sync replicas changed"),
         }
     }
 }
