@@ -201,6 +201,25 @@ fn acknowledged_messages_survive_sigkill_of_the_leader_on_byte_identical_copies(
         vec![b"y".to_vec(), vec![zper_wire::WRITER_NOT_LEADER]],
         "a follower answers 'not the leader'"
     );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_zper"))
+        .args([
+            "produce",
+            "-t",
+            "rep",
+            "-m",
+            "2",
+            "-w",
+            &follower_writer,
+            "hi",
+        ])
+        .output()
+        .expect("zper produce");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("status 104"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let leader_files = c.segments(leader, "rep");
     assert!(!leader_files.is_empty());
     assert_eq!(ids_in(&concat(&leader_files)), first);

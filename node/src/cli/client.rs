@@ -147,3 +147,24 @@ impl ReaderClient {
         }
     }
 }
+
+/// A writer reply after its envelope: an ack of `id`, or a refusal with a status (issue #4).
+///
+/// Errors: a refusal (103 not enough in-sync replicas, 104 not the leader) or a reply that
+/// does not name `id`, as a message for the user.
+pub fn check_writer_reply(reply: &[Vec<u8>], id: &[u8]) -> Result<()> {
+    match reply {
+        [ack] if ack.as_slice() == id => Ok(()),
+        [ack, status] if ack.as_slice() == id && status.len() == 1 => match status[0] {
+            zper_wire::WRITER_NOT_ENOUGH_REPLICAS => bail!(
+                "message refused: fewer in-sync replicas than min_insync (status 103); not stored"
+            ),
+            zper_wire::WRITER_NOT_LEADER => bail!(
+                "message refused: this node does not lead the topic (status 104); write to the \
+                 leader (zper topics describe)"
+            ),
+            other => bail!("message refused with status {other}"),
+        },
+        other => bail!("unexpected writer reply {other:?}"),
+    }
+}

@@ -208,8 +208,12 @@ fn produce(a: ProduceArgs, targets: &Targets) -> Result<()> {
                         } else {
                             0
                         };
-                        match s.recv_bytes(flags) {
-                            Ok(id) => {
+                        match s.recv_multipart(flags) {
+                            Ok(reply) => {
+                                let id = reply.first().cloned().unwrap_or_default();
+                                if reply.len() > 1 {
+                                    super::client::check_writer_reply(&reply, &id)?;
+                                }
                                 let seq = seq_of(&id).ok_or_else(|| anyhow!("bad ack {id:?}"))?;
                                 if seq + 1 > acked {
                                     pb.inc(seq + 1 - acked);
@@ -235,9 +239,7 @@ fn produce(a: ProduceArgs, targets: &Targets) -> Result<()> {
                             zmq::Error::EAGAIN => anyhow!("no reply within {timeout} ms"),
                             e => e.into(),
                         })?;
-                        if reply.last().and_then(|id| seq_of(id)) != Some(seq) {
-                            bail!("reply {reply:?} does not acknowledge message {seq}");
-                        }
+                        super::client::check_writer_reply(&reply, &header(seq))?;
                         lat.push(t0.elapsed());
                         pb.inc(1);
                     }

@@ -63,12 +63,14 @@ pub fn run(args: ProduceArgs, targets: &Targets) -> Result<()> {
                 e => e.into(),
             })?;
         if args.mode == 2 {
-            let reply = s
+            let mut reply = s
                 .recv_multipart(0)
                 .context("no reply from writer (timed out)")?;
-            if reply.last().map(Vec::as_slice) != Some(id.as_bytes()) {
-                bail!("unexpected reply {reply:?} to message {id}");
+            if reply.first().is_some_and(Vec::is_empty) {
+                reply.remove(0); // REQ envelope
             }
+            super::client::check_writer_reply(&reply, id.as_bytes())
+                .with_context(|| format!("message {id}"))?;
         }
     }
     let deadline = Instant::now() + Duration::from_millis(args.timeout);
@@ -78,8 +80,13 @@ pub fn run(args: ProduceArgs, targets: &Targets) -> Result<()> {
             if Instant::now() > deadline {
                 bail!("timed out waiting for the ack of message {last}");
             }
-            let ack = s.recv_bytes(0).context("no ack from writer (timed out)")?;
-            if ack == last.as_bytes() {
+            let ack = s
+                .recv_multipart(0)
+                .context("no ack from writer (timed out)")?;
+            if ack.len() > 1 {
+                super::client::check_writer_reply(&ack, &ack[0])?;
+            }
+            if ack[..] == [last.as_bytes().to_vec()] {
                 break;
             }
         }
