@@ -173,11 +173,12 @@ impl Member {
             endpoints,
             Duration::from_millis(c.lease_ms),
         ));
+        let supervisor = runtime.spawn(supervise(node.clone(), Duration::from_millis(c.lease_ms)));
         info!(id = c.node_id, http = %http, "cluster member started");
         Ok(Member {
             runtime,
             node,
-            tasks: vec![server, registrar],
+            tasks: vec![server, registrar, supervisor],
             http,
         })
     }
@@ -225,17 +226,12 @@ impl zper_http::LocalLogs for StoreLogs {
     }
 }
 
-/// Registers this node, then renews its lease every third of it. On the leader, also records
-/// itself as the Dolly leader and re-runs placement (`ExpireLeases`) when a node whose lease
-/// ended still leads a fragment or is in its ISR.
+/// Registers this node, then renews its lease every third of it.
 async fn register(node: ClusterNode, endpoints: NodeEndpoints, lease: Duration) {
     let lease_ms = lease.as_millis() as u64;
     let id = node.id;
     let mut registered = false;
     let mut last_refusal: Option<String> = None;
-    // A new leader waits one lease before expiring anyone: leases may have lapsed during the
-    // election through no fault of their holders.
-    let mut leading_since: Option<tokio::time::Instant> = None;
     loop {
         // Only members register: a node not yet added, or removed, stays out of the metadata
         // (a removed node would otherwise re-register itself at its next heartbeat).
@@ -249,7 +245,6 @@ async fn register(node: ClusterNode, endpoints: NodeEndpoints, lease: Duration) 
             .is_some();
         if !member {
             registered = false;
-            leading_since = None;
             tokio::time::sleep(lease / 3).await;
             continue;
         }
@@ -286,25 +281,43 @@ async fn register(node: ClusterNode, endpoints: NodeEndpoints, lease: Duration) 
             }
             Err(e) => warn!(error = %e, "registration not committed"),
         }
+        tokio::time::sleep(lease / 3).await;
+    }
+}
+
+/// How often the Raft leader looks for ended leases.
+const SUPERVISE_EVERY: Duration = Duration::from_millis(100);
+
+/// On the Raft leader, every [`SUPERVISE_EVERY`]: records itself as the Dolly leader and
+/// re-runs placement (`ExpireLeases`) when a node whose lease ended still leads a fragment or
+/// is in an ISR. A new leader first waits half a lease: leases may have lapsed during the
+/// election through no fault of their holders, who renew every third of a lease.
+async fn supervise(node: ClusterNode, lease: Duration) {
+    let id = node.id;
+    let mut leading_since: Option<tokio::time::Instant> = None;
+    loop {
+        tokio::time::sleep(SUPERVISE_EVERY).await;
         if node.leader() != Some(id) {
             leading_since = None;
-        } else {
-            let since = *leading_since.get_or_insert_with(tokio::time::Instant::now);
-            let meta = node.state.metadata();
-            if meta.dolly_leader != Some(id) && meta.nodes.contains_key(&id) {
-                let _ = node.propose(Command::SetDollyLeader { id }).await;
-            }
-            // Re-run placement when it would change something (a node whose lease ended still
-            // leads or is in sync): apply is deterministic, so a dry run on a copy tells.
-            let command = Command::ExpireLeases { now_ms: now };
-            let expired = !matches!(
-                meta.clone().apply(&command),
-                Ok(zper_raft::metadata::Applied::Placement(ref c)) if c.is_empty()
-            );
-            if expired && since.elapsed() >= lease {
-                let _ = node.propose(command).await;
-            }
+            continue;
         }
-        tokio::time::sleep(lease / 3).await;
+        let since = *leading_since.get_or_insert_with(tokio::time::Instant::now);
+        let meta = node.state.metadata();
+        if meta.dolly_leader != Some(id) && meta.nodes.contains_key(&id) {
+            let _ = node.propose(Command::SetDollyLeader { id }).await;
+        }
+        if since.elapsed() < lease / 2 {
+            continue;
+        }
+        // Re-run placement when it would change something: apply is deterministic, so a dry
+        // run on a copy tells.
+        let command = Command::ExpireLeases { now_ms: now_ms() };
+        let changes = !matches!(
+            meta.clone().apply(&command),
+            Ok(zper_raft::metadata::Applied::Placement(ref c)) if c.is_empty()
+        );
+        if changes {
+            let _ = node.propose(command).await;
+        }
     }
 }

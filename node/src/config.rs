@@ -118,7 +118,7 @@ impl Default for ClusterSettings {
             http_advertise: None,
             voters: Default::default(),
             raft_dir: None,
-            lease_ms: 3000,
+            lease_ms: 1500,
             heartbeat_ms: 50,
             election_timeout_ms: 300,
             admin_token: None,

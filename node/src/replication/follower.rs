@@ -19,6 +19,8 @@ use super::view::PlacementView;
 
 /// Longest wait for a leader's answer (it parks a caught-up fetch for 100 ms).
 pub const REPLY_TIMEOUT_MS: i64 = 1000;
+/// Slice of that wait after which the placement is checked again.
+const POLL_SLICE_MS: i64 = 20;
 
 pub(crate) struct Follower {
     pub(crate) ctx: zmq::Context,
@@ -49,7 +51,7 @@ impl Follower {
                     Err(e) => {
                         debug!(topic = %topic, leader = frag.leader, error = %e, "replica fetch failed");
                         connections.remove(&frag.leader);
-                        std::thread::sleep(Duration::from_millis(50));
+                        std::thread::sleep(Duration::from_millis(10));
                     }
                 }
             }
@@ -100,13 +102,23 @@ impl Follower {
         conn.socket
             .send_multipart(request.to_frames(), 0)
             .map_err(|e| e.to_string())?;
-        if conn
-            .socket
-            .poll(zmq::POLLIN, REPLY_TIMEOUT_MS)
-            .map_err(|e| e.to_string())?
-            == 0
-        {
-            return Err(format!("no answer from node {leader} at {}", conn.endpoint));
+        // Wait in slices, giving up early when the metadata names another leader (the one
+        // asked may be dead: a failover must not wait out the whole timeout).
+        let mut waited = 0;
+        loop {
+            if conn
+                .socket
+                .poll(zmq::POLLIN, POLL_SLICE_MS)
+                .map_err(|e| e.to_string())?
+                > 0
+            {
+                break;
+            }
+            waited += POLL_SLICE_MS;
+            let moved = self.view.fragment(topic).is_none_or(|f| f.leader != leader);
+            if moved || waited >= REPLY_TIMEOUT_MS || self.stop.load(Ordering::Relaxed) {
+                return Err(format!("no answer from node {leader} at {}", conn.endpoint));
+            }
         }
         let frames = conn.socket.recv_multipart(0).map_err(|e| e.to_string())?;
         let reply = FetchReply::decode(&frames).map_err(|e| e.to_string())?;
