@@ -204,6 +204,11 @@ impl Node {
                 policy: config.store.flush,
                 view: Some(view.clone()),
                 min_insync: config.min_insync,
+                creator: Some(crate::replication::TopicCreator {
+                    cluster: member.node(),
+                    runtime: member.handle(),
+                    view: view.clone(),
+                }),
             },
             store.clone(),
             notice_tx,

@@ -526,3 +526,22 @@ fn below_min_insync_acked_writes_are_refused_with_a_status_and_reads_go_on() {
         .collect();
     assert_eq!(all, expected);
 }
+
+#[test]
+fn the_first_write_to_a_new_topic_creates_it_with_the_defaults() {
+    let c = Cluster::start();
+    // Node 1 gets the first write: it creates the topic through Raft, then appends it (if it
+    // leads the new fragment) or answers 104 with the leader to ask.
+    let acked = c.produce_acked(1, "fresh", 0..1);
+    let f = c.fragment(1, "fresh");
+    assert_eq!(f["replicas"].as_array().map(Vec::len), Some(3), "{f}");
+    let leader = f["leader"].as_u64().expect("leader");
+    assert_eq!(
+        acked.is_empty(),
+        leader != 1,
+        "acked only by the leader: {f}"
+    );
+    assert!(eventually(|| c.produce_acked(leader, "fresh", 1..2) == [1]));
+    let t = get_json(&c.http(2), "/v1/topics/fresh");
+    assert_eq!(t["replication_factor"], json!(3), "{t}");
+}

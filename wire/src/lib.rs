@@ -23,6 +23,10 @@ pub const WRITER_NOT_ENOUGH_REPLICAS: u8 = 103;
 /// fragment (issue #4): the message was not stored; send it to the leader (controller
 /// `TOPIC`, `/v1/topics/{name}`). Same frame layout as [`WRITER_NOT_ENOUGH_REPLICAS`].
 pub const WRITER_NOT_LEADER: u8 = 104;
+
+/// Status frame of a writer reply when a new topic could not be created through the cluster
+/// metadata (no quorum, no live node; issue #4): the message was not stored, retry later.
+pub const WRITER_UNAVAILABLE: u8 = 105;
 pub use identity::{topic_of, validate_topic};
 pub use reader::{ReaderReply, ReaderRequest, RequestError, Status, Timestamp};
 pub use record::{

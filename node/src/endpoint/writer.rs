@@ -81,6 +81,8 @@ pub(crate) struct WriterSettings {
     pub(crate) view: Option<PlacementView>,
     /// `min_insync` (issue #4).
     pub(crate) min_insync: Option<u64>,
+    /// Creates unknown topics through Raft on their first write (issue #4).
+    pub(crate) creator: Option<crate::replication::TopicCreator>,
 }
 
 /// Starts the front thread and `workers` worker threads over a bound ROUTER.
@@ -107,6 +109,8 @@ pub(crate) fn start(
             wake,
             view: view.clone(),
             min_insync: settings.min_insync,
+            creator: settings.creator.clone(),
+            create_failed: HashMap::new(),
             acks: push,
             notices: notices.clone(),
             store: store.clone(),
@@ -370,6 +374,10 @@ struct Worker {
     view: Option<PlacementView>,
     /// `min_insync` (issue #4).
     min_insync: Option<u64>,
+    /// Creates unknown topics on their first write.
+    creator: Option<crate::replication::TopicCreator>,
+    /// Topics whose creation failed lately, and when (retried after a second).
+    create_failed: HashMap<Arc<str>, Instant>,
     acks: zmq::Socket,
     notices: Sender<FlushNotice>,
     store: Arc<Store>,
@@ -478,6 +486,13 @@ impl Worker {
         messages: u64,
     ) {
         let counters = self.counters.clone();
+        if !self.ensure_created(topic) {
+            Counters::add(&counters.append_errors, messages);
+            for a in run {
+                self.refuse(a, zper_wire::WRITER_UNAVAILABLE);
+            }
+            return;
+        }
         let role = self.view.as_ref().map_or(Role::Local, |v| v.role(topic));
         if let Role::Follower { leader } = role {
             // Another node leads this replicated topic: appending here would fork the log.
@@ -547,6 +562,36 @@ impl Worker {
         }
         if let Some(last) = run.last() {
             work.last_id.clone_from(&last.last_id);
+        }
+    }
+
+    /// True when `topic` is in the cluster metadata, creating it on first sight; false when it
+    /// could not be created (failures are remembered for a second, so a dead quorum does not
+    /// stall the worker on every batch).
+    fn ensure_created(&mut self, topic: &Arc<str>) -> bool {
+        let Some(creator) = &self.creator else {
+            return true;
+        };
+        if creator.view.fragment(topic).is_some() {
+            return true;
+        }
+        if self
+            .create_failed
+            .get(topic)
+            .is_some_and(|t| t.elapsed() < Duration::from_secs(1))
+        {
+            return false;
+        }
+        match creator.ensure(topic) {
+            Ok(()) => {
+                self.create_failed.remove(topic);
+                true
+            }
+            Err(e) => {
+                warn!(topic = %topic, error = %e, "cannot create topic");
+                self.create_failed.insert(topic.clone(), Instant::now());
+                false
+            }
         }
     }
 
