@@ -47,6 +47,8 @@ pub struct Counters {
     pub not_leader: AtomicU64,
     /// Writer messages refused with status 103: fewer in-sync replicas than `min_insync`.
     pub not_enough_replicas: AtomicU64,
+    /// Writer messages forwarded to the topic's leader on another node.
+    pub forwarded: AtomicU64,
     /// Acks that could not be delivered (peer gone or its queue full); never stops the writer.
     pub acks_dropped: AtomicU64,
     /// Acks sent.
@@ -86,6 +88,7 @@ impl Default for Counters {
             append_errors: AtomicU64::new(0),
             not_leader: AtomicU64::new(0),
             not_enough_replicas: AtomicU64::new(0),
+            forwarded: AtomicU64::new(0),
             acks_dropped: AtomicU64::new(0),
             acks_sent: AtomicU64::new(0),
             bad_requests: AtomicU64::new(0),
@@ -146,6 +149,7 @@ pub struct CountersCollector {
     replies_dropped: IntCounter,
     flush_notices: IntCounter,
     flushes: IntCounter,
+    forwarded: IntCounter,
     rejected: IntCounterVec,
     topic_messages_written: IntCounterVec,
     topic_bytes_written: IntCounterVec,
@@ -195,6 +199,10 @@ impl CountersCollector {
                 "zper_flushes_total",
                 "fdatasync calls that made appended bytes durable.",
             )?,
+            forwarded: c(
+                "zper_forwarded_total",
+                "Writer messages forwarded to the topic's leader on another node.",
+            )?,
             rejected: IntCounterVec::new(
                 Opts::new(
                     "zper_rejected_total",
@@ -237,7 +245,7 @@ impl CountersCollector {
         ]
     }
 
-    fn singles(&self) -> [&IntCounter; 7] {
+    fn singles(&self) -> [&IntCounter; 8] {
         [
             &self.messages,
             &self.bytes,
@@ -246,6 +254,7 @@ impl CountersCollector {
             &self.replies_dropped,
             &self.flush_notices,
             &self.flushes,
+            &self.forwarded,
         ]
     }
 }
@@ -273,6 +282,7 @@ impl Collector for CountersCollector {
         catch_up(&self.replies_dropped, Counters::get(&k.replies_dropped));
         catch_up(&self.flush_notices, Counters::get(&k.flush_notices));
         catch_up(&self.flushes, Counters::get(&k.flushes));
+        catch_up(&self.forwarded, Counters::get(&k.forwarded));
         for (topic, t) in k.topic_snapshot() {
             for (vec, value) in [
                 (&self.topic_messages_written, &t.messages_written),

@@ -96,7 +96,31 @@ pub(crate) fn start(
     stop: Arc<AtomicBool>,
 ) -> Result<Writer, zmq::Error> {
     let view = settings.view.clone();
-    let (acks, pushes) = super::worker_replies(ctx, "writer-acks", settings.workers)?;
+    // One ack push per worker, plus one for the forwarder (issue #4).
+    let (acks, mut pushes) = super::worker_replies(ctx, "writer-acks", settings.workers + 1)?;
+    let forward_acks = pushes.pop();
+    let mut forwarder_thread = None;
+    let forward = match (&settings.view, forward_acks) {
+        (Some(view), Some(push)) => {
+            let (tx, rx) = crossbeam_channel::bounded(1024);
+            let f = crate::replication::forward::Forwarder {
+                ctx: ctx.clone(),
+                view: view.clone(),
+                jobs: rx,
+                acks: push,
+                counters: counters.clone(),
+                stop: stop.clone(),
+            };
+            forwarder_thread = Some(
+                std::thread::Builder::new()
+                    .name("zper-forward".into())
+                    .spawn(move || f.run())
+                    .map_err(|_| zmq::Error::EMFILE)?,
+            );
+            Some(tx)
+        }
+        _ => None,
+    };
     let mut senders = Vec::with_capacity(settings.workers);
     let mut workers = Vec::with_capacity(settings.workers);
     let mut wakers = Vec::with_capacity(settings.workers);
@@ -111,6 +135,7 @@ pub(crate) fn start(
             min_insync: settings.min_insync,
             creator: settings.creator.clone(),
             create_failed: HashMap::new(),
+            forward: forward.clone(),
             acks: push,
             notices: notices.clone(),
             store: store.clone(),
@@ -136,6 +161,8 @@ pub(crate) fn start(
         counters,
         stop,
     };
+    let mut workers = workers;
+    workers.extend(forwarder_thread);
     let front = std::thread::Builder::new()
         .name("zper-writer".into())
         .spawn(move || front.run(workers))
@@ -378,6 +405,8 @@ struct Worker {
     creator: Option<crate::replication::TopicCreator>,
     /// Topics whose creation failed lately, and when (retried after a second).
     create_failed: HashMap<Arc<str>, Instant>,
+    /// Hands writes for topics led elsewhere to the forwarder.
+    forward: Option<Sender<crate::replication::forward::ForwardJob>>,
     acks: zmq::Socket,
     notices: Sender<FlushNotice>,
     store: Arc<Store>,
@@ -495,11 +524,26 @@ impl Worker {
         }
         let role = self.view.as_ref().map_or(Role::Local, |v| v.role(topic));
         if let Role::Follower { leader } = role {
-            // Another node leads this replicated topic: appending here would fork the log.
-            debug!(topic = %topic, leader, "write to a follower refused");
-            Counters::add(&counters.not_leader, messages);
+            // Another node leads this topic: appending here would fork the log. Forward.
+            debug!(topic = %topic, leader, messages, "forwarding to the leader");
+            let mut start = base;
             for a in run {
-                self.refuse(a, zper_wire::WRITER_NOT_LEADER);
+                let slice = &bytes[start - base..a.bytes_end - base];
+                start = a.bytes_end;
+                let job = crate::replication::forward::ForwardJob {
+                    topic: topic.clone(),
+                    routing_id: a.producer.routing_id.clone(),
+                    mode: a.producer.mode,
+                    messages: split_messages(slice),
+                };
+                let sent = self
+                    .forward
+                    .as_ref()
+                    .is_some_and(|f| f.try_send(job).is_ok());
+                if !sent {
+                    Counters::add(&counters.not_leader, a.messages);
+                    self.refuse(a, zper_wire::WRITER_NOT_LEADER);
+                }
             }
             return;
         }
@@ -706,6 +750,19 @@ impl Worker {
             }
         }
     }
+}
+
+/// The frames of each whole message in stored records (§6.2), for forwarding.
+fn split_messages(records: &[u8]) -> Vec<Vec<Vec<u8>>> {
+    let mut out = Vec::new();
+    let mut frames = Vec::new();
+    for rec in zper_wire::Records::new(records) {
+        frames.push(rec.payload.to_vec());
+        if !rec.more {
+            out.push(std::mem::take(&mut frames));
+        }
+    }
+    out
 }
 
 fn send_acks(acks: &zmq::Socket, work: &mut TopicWork, flushed: u64) {

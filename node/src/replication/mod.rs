@@ -4,6 +4,7 @@
 //! on its leader and replicas, and acks and readers stop at the high-water mark.
 
 pub mod follower;
+pub mod forward;
 pub mod leader;
 pub mod view;
 

@@ -184,12 +184,23 @@ pub fn eventually(mut cond: impl FnMut() -> bool) -> bool {
     }
 }
 
-/// A free loopback TCP port (bound then released).
+/// A free loopback TCP port (bound then released), below Linux's ephemeral range (32768+):
+/// a port from that range may be taken by any outgoing connection before the node binds it.
+/// Test binaries run in parallel start at different places (by process id).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let base = 10_000 + (std::process::id() % 200) * 100;
+    for _ in 0..20_000 {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = 10_000 + (base - 10_000 + n) % 22_000;
+        if std::net::TcpListener::bind(("127.0.0.1", port as u16)).is_ok()
+            && std::net::TcpListener::bind(("0.0.0.0", port as u16)).is_ok()
+        {
+            return port as u16;
+        }
+    }
+    panic!("no free port below 32000")
 }
 
 /// A `zper` child process; killed on drop.

@@ -1,0 +1,205 @@
+//! Forwarding writes to the fragment leader (issue #4): an unchanged ZPER producer connected to
+//! any node keeps working. A writer worker that does not lead a topic hands the messages here;
+//! they go to the leader's writer endpoint over a DEALER per (leader, topic, ack mode) whose
+//! identity names the topic, in REQ style (`[empty][frames...]`) when the producer waits for
+//! acks, so the leader answers each message with `[empty][message id]` (plus a status frame on
+//! refusal). Answers come back in order and are relayed to the producers through the writer's
+//! ack path: mode 2 `[empty][id(, status)]`, mode 1 `[id(, status)]`.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+use tracing::{debug, warn};
+use zper_raft::NodeId;
+use zper_wire::{AckMode, Identity};
+
+use super::view::PlacementView;
+use crate::metrics::Counters;
+
+/// Messages of one producer for a topic another node leads.
+#[derive(Debug)]
+pub struct ForwardJob {
+    /// Topic.
+    pub topic: Arc<str>,
+    /// The producer's routing id (its identity) on this node's writer.
+    pub routing_id: Vec<u8>,
+    /// Its ack mode.
+    pub mode: AckMode,
+    /// Each message's frames (the first is its id).
+    pub messages: Vec<Vec<Vec<u8>>>,
+}
+
+struct Waiting {
+    routing_id: Vec<u8>,
+    mode: AckMode,
+    since: Instant,
+}
+
+struct Link {
+    socket: zmq::Socket,
+    waiting: VecDeque<Waiting>,
+    last_used: Instant,
+}
+
+/// How long an idle link to a leader stays open.
+const IDLE: Duration = Duration::from_secs(30);
+
+pub(crate) struct Forwarder {
+    pub(crate) ctx: zmq::Context,
+    pub(crate) view: PlacementView,
+    pub(crate) jobs: Receiver<ForwardJob>,
+    /// Connected to the writer front's ack pull: relayed answers leave through the ROUTER.
+    pub(crate) acks: zmq::Socket,
+    pub(crate) counters: Arc<Counters>,
+    pub(crate) stop: Arc<AtomicBool>,
+}
+
+type Key = (NodeId, Arc<str>, bool);
+
+impl Forwarder {
+    pub(crate) fn run(self) {
+        let mut links: HashMap<Key, Link> = HashMap::new();
+        while !self.stop.load(Ordering::Relaxed) {
+            // Jobs first (bounded per round), then answers.
+            let mut got = false;
+            for _ in 0..256 {
+                match self.jobs.try_recv() {
+                    Ok(job) => {
+                        got = true;
+                        self.forward(job, &mut links);
+                    }
+                    Err(_) => break,
+                }
+            }
+            let keys: Vec<Key> = links.keys().cloned().collect();
+            let mut items: Vec<zmq::PollItem> = keys
+                .iter()
+                .filter_map(|k| links.get(k).map(|l| l.socket.as_poll_item(zmq::POLLIN)))
+                .collect();
+            let timeout = if got { 0 } else { 5 };
+            if items.is_empty() {
+                if let Ok(job) = self.jobs.recv_timeout(Duration::from_millis(50)) {
+                    self.forward(job, &mut links);
+                }
+                continue;
+            }
+            if zmq::poll(&mut items, timeout).is_err() {
+                continue;
+            }
+            let ready: Vec<bool> = items.iter().map(|i| i.is_readable()).collect();
+            drop(items);
+            for (key, readable) in keys.iter().zip(ready) {
+                if readable {
+                    if let Some(link) = links.get_mut(key) {
+                        self.relay(link);
+                    }
+                }
+            }
+            links.retain(|_, l| !l.waiting.is_empty() || l.last_used.elapsed() < IDLE);
+        }
+        debug!("write forwarder stopped");
+    }
+
+    fn forward(&self, job: ForwardJob, links: &mut HashMap<Key, Link>) {
+        let n = job.messages.len() as u64;
+        let Some(frag) = self.view.fragment(&job.topic) else {
+            Counters::add(&self.counters.not_leader, n);
+            return;
+        };
+        let Some(endpoint) = self
+            .view
+            .endpoints(frag.leader)
+            .map(|e| e.writer)
+            .filter(|w| !w.is_empty())
+        else {
+            Counters::add(&self.counters.not_leader, n);
+            return;
+        };
+        let acked = job.mode != AckMode::None;
+        let key: Key = (frag.leader, job.topic.clone(), acked);
+        if !links.contains_key(&key) {
+            match self.connect(&job.topic, acked, &endpoint) {
+                Ok(socket) => {
+                    links.insert(
+                        key.clone(),
+                        Link {
+                            socket,
+                            waiting: VecDeque::new(),
+                            last_used: Instant::now(),
+                        },
+                    );
+                }
+                Err(e) => {
+                    warn!(leader = frag.leader, error = %e, "cannot connect to the leader's writer");
+                    Counters::add(&self.counters.not_leader, n);
+                    return;
+                }
+            }
+        }
+        let Some(link) = links.get_mut(&key) else {
+            return;
+        };
+        link.last_used = Instant::now();
+        for frames in job.messages {
+            let mut out = Vec::with_capacity(frames.len() + 1);
+            if acked {
+                out.push(Vec::new());
+            }
+            out.extend(frames);
+            if link.socket.send_multipart(out, zmq::DONTWAIT).is_err() {
+                Counters::add(&self.counters.not_leader, 1);
+                continue;
+            }
+            Counters::add(&self.counters.forwarded, 1);
+            if acked {
+                link.waiting.push_back(Waiting {
+                    routing_id: job.routing_id.clone(),
+                    mode: job.mode,
+                    since: Instant::now(),
+                });
+            }
+        }
+    }
+
+    fn connect(&self, topic: &str, acked: bool, endpoint: &str) -> Result<zmq::Socket, String> {
+        let mut uuid = [0u8; 16];
+        uuid[..8].copy_from_slice(&self.view.me().to_be_bytes());
+        uuid[8..].copy_from_slice(
+            &(std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64))
+            .to_be_bytes(),
+        );
+        let identity = Identity::new(topic, if acked { 2 } else { 0 }, &uuid)
+            .map_err(|e| e.to_string())?
+            .to_bytes();
+        let s = self.ctx.socket(zmq::DEALER).map_err(|e| e.to_string())?;
+        s.set_identity(&identity).map_err(|e| e.to_string())?;
+        s.set_linger(0).map_err(|e| e.to_string())?;
+        s.set_sndhwm(100_000).map_err(|e| e.to_string())?;
+        s.connect(endpoint).map_err(|e| e.to_string())?;
+        Ok(s)
+    }
+
+    /// Relays the leader's answers to the waiting producers, in order.
+    fn relay(&self, link: &mut Link) {
+        while let Ok(mut frames) = link.socket.recv_multipart(zmq::DONTWAIT) {
+            if frames.first().is_some_and(Vec::is_empty) {
+                frames.remove(0);
+            }
+            let Some(w) = link.waiting.pop_front() else {
+                continue;
+            };
+            let _ = w.since;
+            let mut out = vec![w.routing_id];
+            if w.mode == AckMode::PerMessage {
+                out.push(Vec::new());
+            }
+            out.extend(frames);
+            let _ = self.acks.send_multipart(out, 0);
+        }
+    }
+}
