@@ -11,7 +11,7 @@ REQ_CLIENTS=${REQ_CLIENTS:-64}
 cd "$(dirname "$0")/.."
 # The first release build compiles RocksDB's C++ (15+ minutes on 2 cores).
 cargo build --release -q -p zper
-Z=target/release/zper
+Z=${CARGO_TARGET_DIR:-target}/release/zper
 dir=$(mktemp -d)
 trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -rf "$dir"' EXIT
 cat > "$dir/bench.properties" <<CONF
