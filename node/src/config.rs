@@ -63,6 +63,10 @@ pub struct NodeConfig {
     /// Fewest in-sync replicas (leader included) for a write that needs an ack (`min_insync`;
     /// default 2 when a topic has 3 or more replicas, else 1; capped at the replica count).
     pub min_insync: Option<u64>,
+    /// `acks = leader`: acks once the leader has the message durable, as a single node does
+    /// (readers still stop at the high-water mark); `acks = all` (default): once every in-sync
+    /// replica has it.
+    pub acks_leader: bool,
     /// Largest frame accepted from a producer, bytes (`max_message`); also bounds FETCH replies.
     pub max_message: usize,
     /// Writer ROUTER receive high-water mark, messages (`receive_hwm`).
@@ -149,6 +153,7 @@ const KNOWN: &[&str] = &[
     "replica.bind",
     "replica.lag_ms",
     "min_insync",
+    "acks",
     "node.id",
     "node.name",
     "node.lease_ms",
@@ -185,6 +190,7 @@ impl Default for NodeConfig {
             replica_bind: "tcp://*:5560".into(),
             replica_lag: Duration::from_millis(5000),
             min_insync: None,
+            acks_leader: false,
             max_message: 8_388_608,
             receive_hwm: 1024,
             receive_buffer: 1_048_576,
@@ -309,6 +315,11 @@ impl NodeConfig {
             }
         }
         c.replica_lag = Duration::from_millis(num(map, "replica.lag_ms", 5000, 10)?);
+        c.acks_leader = match map.get("acks").map(|v| v.trim()) {
+            None | Some("all") => false,
+            Some("leader") => true,
+            Some(v) => return Err(bad("acks", v, "all or leader")),
+        };
         if map.contains_key("min_insync") {
             c.min_insync = Some(num(map, "min_insync", 1, 1)?);
         }
@@ -529,6 +540,7 @@ mod tests {
             ("node.id = 0", "node.id"),
             ("http.bind = 9644", "http.bind"),
             ("raft.heartbeat_ms = 500", "raft.election_timeout_ms"),
+            ("acks = some", "acks"),
         ] {
             let e = parse(text).expect_err(text);
             assert!(e.to_string().contains(&format!("`{key}`")), "{e}");

@@ -204,6 +204,7 @@ impl Node {
                 policy: config.store.flush,
                 view: Some(view.clone()),
                 min_insync: config.min_insync,
+                acks_leader: config.acks_leader,
                 creator: Some(crate::replication::TopicCreator {
                     cluster: member.node(),
                     runtime: member.handle(),

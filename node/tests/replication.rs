@@ -548,3 +548,34 @@ fn the_first_write_to_a_new_topic_creates_it_with_the_defaults() {
     let t = get_json(&c.http(2), "/v1/topics/fresh");
     assert_eq!(t["replication_factor"], json!(3), "{t}");
 }
+
+#[test]
+fn acks_leader_acknowledges_at_the_leaders_flush_while_replicas_are_away() {
+    let c = Cluster::start_with("acks = leader\n");
+    let (s, body) = http(
+        "POST",
+        &c.http(1),
+        "/v1/topics/quick",
+        Some(r#"{"replication_factor": 3}"#),
+    )
+    .expect("answer");
+    assert_eq!(s, 201, "{body}");
+    let created: Value = serde_json::from_str(&body).expect("json");
+    let leader = created["fragments"][0]["leader"].as_u64().expect("leader");
+    assert!(eventually(
+        || c.fragment(leader, "quick")["leader"] == json!(leader)
+    ));
+    // Both replicas frozen: no high-water mark progress, yet the leader acknowledges.
+    for n in (1..=3).filter(|n| *n != leader) {
+        c.nodes[n as usize - 1].pause();
+    }
+    assert_eq!(c.produce_acked(leader, "quick", 0..10).len(), 10);
+    for n in (1..=3).filter(|n| *n != leader) {
+        c.nodes[n as usize - 1].resume();
+    }
+    // They catch up afterwards.
+    assert!(eventually(|| {
+        let a = c.segments(leader, "quick");
+        (1..=3).all(|n| c.segments(n, "quick") == a) && ids_in(&concat(&a)).len() == 10
+    }));
+}

@@ -83,6 +83,8 @@ pub(crate) struct WriterSettings {
     pub(crate) min_insync: Option<u64>,
     /// Creates unknown topics through Raft on their first write (issue #4).
     pub(crate) creator: Option<crate::replication::TopicCreator>,
+    /// `acks = leader`: ack at the leader's flush, not the high-water mark.
+    pub(crate) acks_leader: bool,
 }
 
 /// Starts the front thread and `workers` worker threads over a bound ROUTER.
@@ -136,6 +138,7 @@ pub(crate) fn start(
             creator: settings.creator.clone(),
             create_failed: HashMap::new(),
             forward: forward.clone(),
+            acks_leader: settings.acks_leader,
             acks: push,
             notices: notices.clone(),
             store: store.clone(),
@@ -407,6 +410,8 @@ struct Worker {
     create_failed: HashMap<Arc<str>, Instant>,
     /// Hands writes for topics led elsewhere to the forwarder.
     forward: Option<Sender<crate::replication::forward::ForwardJob>>,
+    /// `acks = leader`.
+    acks_leader: bool,
     acks: zmq::Socket,
     notices: Sender<FlushNotice>,
     store: Arc<Store>,
@@ -735,8 +740,14 @@ impl Worker {
                     }
                 }
             }
-            // Durable here and, for a replicated topic, on every in-sync replica.
-            let Ok(flushed) = work.log.visible_end() else {
+            // Durable here and, for a replicated topic, on every in-sync replica (or only here
+            // with `acks = leader`).
+            let end = if self.acks_leader {
+                work.log.flushed_end()
+            } else {
+                work.log.visible_end()
+            };
+            let Ok(flushed) = end else {
                 continue;
             };
             if flushed > work.published_end {
