@@ -240,6 +240,7 @@ impl Node {
             store.clone(),
             counters.clone(),
             stop.clone(),
+            Some(view.clone()),
         )?;
         threads.push(reader.front);
         let (cnode, ccounters, cstop) = (member.node(), counters.clone(), stop.clone());

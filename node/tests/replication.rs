@@ -579,3 +579,47 @@ fn acks_leader_acknowledges_at_the_leaders_flush_while_replicas_are_away() {
         (1..=3).all(|n| c.segments(n, "quick") == a) && ids_in(&concat(&a)).len() == 10
     }));
 }
+
+#[test]
+fn a_node_without_a_copy_forwards_writes_and_reads_to_the_leader() {
+    let c = Cluster::start();
+    let (s, body) = http(
+        "POST",
+        &c.http(1),
+        "/v1/topics/single",
+        Some(r#"{"replication_factor": 1}"#),
+    )
+    .expect("answer");
+    assert_eq!(s, 201, "{body}");
+    let created: Value = serde_json::from_str(&body).expect("json");
+    let owner = created["fragments"][0]["leader"].as_u64().expect("leader");
+    let other = (1..=3).find(|n| *n != owner).expect("another node");
+    assert!(eventually(
+        || c.fragment(other, "single")["leader"] == json!(owner)
+    ));
+    // Written through a node that holds no copy: forwarded, acknowledged, stored on the owner.
+    assert!(eventually(|| c.produce_acked(other, "single", 0..1) == [0]));
+    assert_eq!(c.produce_acked(other, "single", 1..20).len(), 19);
+    assert!(c.segments(other, "single").values().all(Vec::is_empty));
+    // Read through it too: the same bytes as the owner's reader serves.
+    let direct = client(
+        &c.ctx,
+        zmq::DEALER,
+        &identity("single", 0),
+        &c.nodes[owner as usize - 1].reader,
+    );
+    let via = client(
+        &c.ctx,
+        zmq::DEALER,
+        &identity("single", 0),
+        &c.nodes[other as usize - 1].reader,
+    );
+    let expected = read_all(&direct);
+    assert_eq!(ids_in(&expected), (0..20).collect::<Vec<u32>>());
+    assert_eq!(read_all(&via), expected);
+    let latest = request(
+        &via,
+        &[b"OFFSET", &(-1i64).to_be_bytes(), &1i32.to_be_bytes()],
+    );
+    assert_eq!(latest[0], vec![100]);
+}

@@ -8,6 +8,7 @@
 //! messages from the offset within one segment. A topic never written reads as one empty segment
 //! at 0 (§5.4) without creating anything on disk.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -19,6 +20,7 @@ use zper_wire::{Identity, ReaderReply, ReaderRequest, Status, Timestamp};
 
 use super::{try_send, POLL_MS};
 use crate::metrics::Counters;
+use crate::replication::PlacementView;
 
 /// Started reader endpoint threads.
 pub(crate) struct Reader {
@@ -27,6 +29,7 @@ pub(crate) struct Reader {
 
 /// Starts the front thread and `workers` worker threads over a bound ROUTER. `cap` bounds the
 /// bytes of one FETCH reply.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn start(
     ctx: &zmq::Context,
     router: zmq::Socket,
@@ -35,16 +38,18 @@ pub(crate) fn start(
     store: Arc<Store>,
     counters: Arc<Counters>,
     stop: Arc<AtomicBool>,
+    view: Option<PlacementView>,
 ) -> Result<Reader, zmq::Error> {
     let (replies, pushes) = super::worker_replies(ctx, "reader-replies", workers)?;
     let (tx, rx) = crossbeam_channel::bounded::<Vec<Vec<u8>>>(1024);
     let mut handles = Vec::with_capacity(workers);
     for (i, push) in pushes.into_iter().enumerate() {
         let (rx, store, counters) = (rx.clone(), store.clone(), counters.clone());
+        let remote = view.clone().map(|v| Remote::new(ctx.clone(), v));
         handles.push(
             std::thread::Builder::new()
                 .name(format!("zper-reader-{i}"))
-                .spawn(move || work(rx, push, store, cap, counters))
+                .spawn(move || work(rx, push, store, cap, counters, remote))
                 .map_err(|_| zmq::Error::EMFILE)?,
         );
     }
@@ -103,17 +108,91 @@ fn front(
     debug!("reader stopped");
 }
 
+/// Forwards reader requests for topics this node holds no copy of to the fragment's leader
+/// (issue #4), over one DEALER per (leader, topic) whose identity names the topic.
+pub(crate) struct Remote {
+    ctx: zmq::Context,
+    view: PlacementView,
+    links: HashMap<(u64, String), zmq::Socket>,
+}
+
+/// Longest wait for a forwarded reader request's answer, ms.
+const REMOTE_TIMEOUT_MS: i64 = 2000;
+
+impl Remote {
+    fn new(ctx: zmq::Context, view: PlacementView) -> Self {
+        Remote {
+            ctx,
+            view,
+            links: HashMap::new(),
+        }
+    }
+
+    /// The leader's answer when `topic` is placed and this node holds no copy; `None` to
+    /// answer locally. A leader that does not answer in time gives `[0xFF]`.
+    fn answer(&mut self, routing_id: &[u8], frames: &[Vec<u8>]) -> Option<Vec<Vec<u8>>> {
+        let topic = zper_wire::topic_of(routing_id).ok()?.to_owned();
+        let frag = self.view.fragment(&topic)?;
+        if frag.replicas.contains(&self.view.me()) {
+            return None;
+        }
+        let endpoint = self.view.endpoints(frag.leader).map(|e| e.reader)?;
+        let key = (frag.leader, topic.clone());
+        let result = (|| -> Result<Vec<Vec<u8>>, String> {
+            if !self.links.contains_key(&key) {
+                let mut uuid = [0u8; 16];
+                uuid[..8].copy_from_slice(&self.view.me().to_be_bytes());
+                uuid[8..].copy_from_slice(&(self.links.len() as u64 + 1).to_be_bytes());
+                let id = Identity::new(&topic, 0, &uuid).map_err(|e| e.to_string())?;
+                let s = self.ctx.socket(zmq::DEALER).map_err(|e| e.to_string())?;
+                s.set_identity(&id.to_bytes()).map_err(|e| e.to_string())?;
+                s.set_linger(0).map_err(|e| e.to_string())?;
+                s.connect(&endpoint).map_err(|e| e.to_string())?;
+                self.links.insert(key.clone(), s);
+            }
+            let s = self.links.get(&key).ok_or("no link")?;
+            s.send_multipart(frames, 0).map_err(|e| e.to_string())?;
+            if s.poll(zmq::POLLIN, REMOTE_TIMEOUT_MS)
+                .map_err(|e| e.to_string())?
+                == 0
+            {
+                return Err("the leader did not answer".into());
+            }
+            s.recv_multipart(0).map_err(|e| e.to_string())
+        })();
+        match result {
+            Ok(reply) => Some(reply),
+            Err(e) => {
+                debug!(topic = %topic, leader = frag.leader, error = %e, "reader forward failed");
+                self.links.remove(&key);
+                Some(ReaderReply::Status(Status::InternalError).into_frames())
+            }
+        }
+    }
+}
+
 fn work(
     rx: Receiver<Vec<Vec<u8>>>,
     push: zmq::Socket,
     store: Arc<Store>,
     cap: u64,
     counters: Arc<Counters>,
+    mut remote: Option<Remote>,
 ) {
     for frames in rx {
         let Some(req) = super::Request::split(frames) else {
             continue;
         };
+        if let Some(reply) = remote
+            .as_mut()
+            .and_then(|r| r.answer(&req.routing_id, &req.frames))
+        {
+            let out = req.reply(reply);
+            if push.send_multipart(out, 0).is_err() {
+                Counters::add(&counters.replies_dropped, 1);
+            }
+            continue;
+        }
         let reply = handle(&store, &req.routing_id, &req.frames, cap);
         if matches!(reply, ReaderReply::Status(Status::InvalidCommand)) {
             Counters::add(&counters.bad_requests, 1);
