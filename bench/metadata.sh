@@ -10,50 +10,10 @@
 set -euo pipefail
 N=${N:-2000}
 ROUNDS=${ROUNDS:-3}
-cd "$(dirname "$0")/.."
-# The first release build compiles RocksDB's C++ (15+ minutes on 2 cores).
-cargo build --release -q -p zper
-Z=${CARGO_TARGET_DIR:-target}/release/zper
-dir=$(mktemp -d)
-pids=(0 0 0)
-cleanup() {
-  for p in "${pids[@]}"; do [ "$p" != 0 ] && kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-admin() { echo "127.0.0.1:$((26643 + $1))"; }
-for i in 1 2 3; do
-  b=$((26000 + 10 * i))
-  cat > "$dir/n$i.properties" <<CONF
-node.id = $i
-base_dir = $dir/n$i
-writer.bind = tcp://127.0.0.1:$((b + 1))
-reader.bind = tcp://127.0.0.1:$((b + 2))
-ack.bind = tcp://127.0.0.1:$((b + 3))
-controller.bind = tcp://127.0.0.1:$((b + 4))
-replica.bind = tcp://127.0.0.1:$((b + 5))
-http.bind = $(admin $i)
-controller.quorum.1 = $(admin 1)
-controller.quorum.2 = $(admin 2)
-controller.quorum.3 = $(admin 3)
-CONF
-done
-start() { RUST_LOG=warn $Z --config "$dir/n$1.properties" 2>>"$dir/n$1.log" & pids[$1 - 1]=$!; }
+PORT_BASE=26000
+. "$(dirname "$0")/cluster.sh"
 json_field() { python3 -c "import json,sys; v=json.load(sys.stdin).get('$1'); print('' if v is None else v)"; }
 leader_of() { curl -sf "http://$(admin "$1")/v1/raft" | json_field leader || true; }
-wait_ready() {
-  for _ in $(seq 1 200); do
-    local ok=1
-    for i in 1 2 3; do
-      curl -sf -o /dev/null "http://$(admin $i)/v1/status/ready" || ok=0
-    done
-    [ $ok = 1 ] && return 0
-    sleep 0.05
-  done
-  echo "cluster not ready" >&2
-  exit 1
-}
 for i in 1 2 3; do start $i; done
 wait_ready
 leader=$(leader_of 1)

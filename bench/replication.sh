@@ -7,47 +7,13 @@
 # Prints every summary line and the ratio. Bounded: N messages per step, 20 s per failover.
 set -euo pipefail
 N=${N:-500000}
-cd "$(dirname "$0")/.."
-# The first release build compiles RocksDB's C++ (15+ minutes on 2 cores).
-cargo build --release -q -p zper
-Z=${CARGO_TARGET_DIR:-target}/release/zper
-dir=$(mktemp -d)
-pids=(0 0 0)
-cleanup() {
-  for p in "${pids[@]}"; do [ "$p" != 0 ] && kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-admin() { echo "127.0.0.1:$((27643 + $1))"; }
-writer() { echo "tcp://127.0.0.1:$((27000 + 10 * $1 + 1))"; }
-for i in 1 2 3; do
-  b=$((27000 + 10 * i))
-  cat > "$dir/n$i.properties" <<CONF
-node.id = $i
-base_dir = $dir/n$i
-writer.bind = tcp://127.0.0.1:$((b + 1))
-reader.bind = tcp://127.0.0.1:$((b + 2))
-ack.bind = tcp://127.0.0.1:$((b + 3))
-controller.bind = tcp://127.0.0.1:$((b + 4))
-replica.bind = tcp://127.0.0.1:$((b + 5))
-http.bind = $(admin $i)
-controller.quorum.1 = $(admin 1)
-controller.quorum.2 = $(admin 2)
-controller.quorum.3 = $(admin 3)
-flush_messages = 1000
-flush_interval = 1000
-CONF
-done
-start() { RUST_LOG=warn $Z --config "$dir/n$1.properties" 2>>"$dir/n$1.log" & pids[$1 - 1]=$!; }
+PORT_BASE=27000
+EXTRA_CONF="flush_messages = 1000
+flush_interval = 1000"
+. "$(dirname "$0")/cluster.sh"
 leader_of() { python3 -c "import json,sys; print(json.load(sys.stdin)['fragments'][0]['leader'])"; }
-live_count() { python3 -c "import json,sys; print(sum(1 for b in json.load(sys.stdin) if b['live']))"; }
 for i in 1 2 3; do start $i; done
-for _ in $(seq 1 200); do
-  live=$(curl -sf "http://$(admin 1)/v1/brokers" | live_count 2>/dev/null || true)
-  [ "$live" = 3 ] && break
-  sleep 0.05
-done
+wait_ready
 lead() { curl -sf -X POST "http://$(admin 1)/v1/topics/$1" -d "{\"replication_factor\": $2}" | leader_of; }
 l1=$(lead rf1 1)
 l3=$(lead rf3 3)

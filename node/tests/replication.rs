@@ -67,6 +67,25 @@ impl Cluster {
         &mut self.nodes[node as usize - 1]
     }
 
+    /// Creates `topic` with `rf` replicas through node 1's admin API and waits until every
+    /// node knows its leader, which it returns.
+    fn create(&self, topic: &str, rf: u32) -> u64 {
+        let (s, body) = http(
+            "POST",
+            &self.http(1),
+            &format!("/v1/topics/{topic}"),
+            Some(&format!(r#"{{"replication_factor": {rf}}}"#)),
+        )
+        .expect("answer");
+        assert_eq!(s, 201, "{body}");
+        let created: Value = serde_json::from_str(&body).expect("json");
+        let leader = created["fragments"][0]["leader"].as_u64().expect("leader");
+        assert!(eventually(
+            || (1..=3).all(|n| self.fragment(n, topic)["leader"] == json!(leader))
+        ));
+        leader
+    }
+
     /// Fragment 0 of `topic` as node `via` sees it.
     fn fragment(&self, via: u64, topic: &str) -> Value {
         get_json(&self.http(via), &format!("/v1/topics/{topic}"))["fragments"][0].clone()
@@ -173,19 +192,7 @@ fn concat(files: &BTreeMap<String, Vec<u8>>) -> Vec<u8> {
 #[test]
 fn acknowledged_messages_survive_sigkill_of_the_leader_on_byte_identical_copies() {
     let mut c = Cluster::start();
-    let (s, body) = http(
-        "POST",
-        &c.http(1),
-        "/v1/topics/rep",
-        Some(r#"{"replication_factor": 3}"#),
-    )
-    .expect("answer");
-    assert_eq!(s, 201, "{body}");
-    let created: Value = serde_json::from_str(&body).expect("json");
-    let leader = created["fragments"][0]["leader"].as_u64().expect("leader");
-    assert!(eventually(
-        || (1..=3).all(|n| c.fragment(n, "rep")["leader"] == json!(leader))
-    ));
+    let leader = c.create("rep", 3);
 
     // Mode 2: each ack means the message is durable on every in-sync replica.
     let first = c.produce_acked(leader, "rep", 0..200);
@@ -344,19 +351,7 @@ fn consume_ids(
 #[test]
 fn a_diverged_former_leader_drops_its_unacknowledged_tail_and_a_consumer_moves_nodes() {
     let mut c = Cluster::start();
-    let (s, body) = http(
-        "POST",
-        &c.http(1),
-        "/v1/topics/div",
-        Some(r#"{"replication_factor": 3}"#),
-    )
-    .expect("answer");
-    assert_eq!(s, 201, "{body}");
-    let created: Value = serde_json::from_str(&body).expect("json");
-    let leader = created["fragments"][0]["leader"].as_u64().expect("leader");
-    assert!(eventually(
-        || (1..=3).all(|n| c.fragment(n, "div")["leader"] == json!(leader))
-    ));
+    let leader = c.create("div", 3);
     let acked = c.produce_acked(leader, "div", 0..50);
     assert_eq!(acked.len(), 50);
 
@@ -442,19 +437,7 @@ fn a_diverged_former_leader_drops_its_unacknowledged_tail_and_a_consumer_moves_n
 #[test]
 fn below_min_insync_acked_writes_are_refused_with_a_status_and_reads_go_on() {
     let c = Cluster::start_with("min_insync = 3\nreplica.lag_ms = 300\n");
-    let (s, body) = http(
-        "POST",
-        &c.http(1),
-        "/v1/topics/strict",
-        Some(r#"{"replication_factor": 3}"#),
-    )
-    .expect("answer");
-    assert_eq!(s, 201, "{body}");
-    let created: Value = serde_json::from_str(&body).expect("json");
-    let leader = created["fragments"][0]["leader"].as_u64().expect("leader");
-    assert!(eventually(
-        || (1..=3).all(|n| c.fragment(n, "strict")["leader"] == json!(leader))
-    ));
+    let leader = c.create("strict", 3);
     assert_eq!(c.produce_acked(leader, "strict", 0..20).len(), 20);
 
     // One follower freezes: it falls behind, leaves the ISR, and acked writes are refused.
@@ -552,19 +535,7 @@ fn the_first_write_to_a_new_topic_creates_it_with_the_defaults() {
 #[test]
 fn acks_leader_acknowledges_at_the_leaders_flush_while_replicas_are_away() {
     let c = Cluster::start_with("acks = leader\n");
-    let (s, body) = http(
-        "POST",
-        &c.http(1),
-        "/v1/topics/quick",
-        Some(r#"{"replication_factor": 3}"#),
-    )
-    .expect("answer");
-    assert_eq!(s, 201, "{body}");
-    let created: Value = serde_json::from_str(&body).expect("json");
-    let leader = created["fragments"][0]["leader"].as_u64().expect("leader");
-    assert!(eventually(
-        || c.fragment(leader, "quick")["leader"] == json!(leader)
-    ));
+    let leader = c.create("quick", 3);
     // Both replicas frozen: no high-water mark progress, yet the leader acknowledges.
     for n in (1..=3).filter(|n| *n != leader) {
         c.nodes[n as usize - 1].pause();
@@ -583,20 +554,8 @@ fn acks_leader_acknowledges_at_the_leaders_flush_while_replicas_are_away() {
 #[test]
 fn a_node_without_a_copy_forwards_writes_and_reads_to_the_leader() {
     let c = Cluster::start();
-    let (s, body) = http(
-        "POST",
-        &c.http(1),
-        "/v1/topics/single",
-        Some(r#"{"replication_factor": 1}"#),
-    )
-    .expect("answer");
-    assert_eq!(s, 201, "{body}");
-    let created: Value = serde_json::from_str(&body).expect("json");
-    let owner = created["fragments"][0]["leader"].as_u64().expect("leader");
+    let owner = c.create("single", 1);
     let other = (1..=3).find(|n| *n != owner).expect("another node");
-    assert!(eventually(
-        || c.fragment(other, "single")["leader"] == json!(owner)
-    ));
     // Written through a node that holds no copy: forwarded, acknowledged, stored on the owner.
     assert!(eventually(|| c.produce_acked(other, "single", 0..1) == [0]));
     assert_eq!(c.produce_acked(other, "single", 1..20).len(), 19);
