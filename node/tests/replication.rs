@@ -582,3 +582,24 @@ fn a_node_without_a_copy_forwards_writes_and_reads_to_the_leader() {
     );
     assert_eq!(latest[0], vec![100]);
 }
+
+#[test]
+fn many_topics_replicate_side_by_side() {
+    let c = Cluster::start();
+    let topics = ["alpha", "beta", "gamma", "delta"];
+    let leaders: Vec<u64> = topics.iter().map(|t| c.create(t, 3)).collect();
+    // Interleaved writes: each ack needs every topic's replicas to keep fetching.
+    for round in 0..10u32 {
+        for (t, leader) in topics.iter().zip(&leaders) {
+            assert!(
+                eventually(|| c.produce_acked(*leader, t, round..round + 1) == [round]),
+                "{t} round {round}"
+            );
+        }
+    }
+    for t in topics {
+        let a = c.segments(1, t);
+        assert_eq!(ids_in(&concat(&a)), (0..10).collect::<Vec<u32>>(), "{t}");
+        assert!((2..=3).all(|n| c.segments(n, t) == a), "{t}");
+    }
+}

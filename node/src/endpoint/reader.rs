@@ -142,7 +142,10 @@ impl Remote {
             if !self.links.contains_key(&key) {
                 let mut uuid = [0u8; 16];
                 uuid[..8].copy_from_slice(&self.view.me().to_be_bytes());
-                uuid[8..].copy_from_slice(&(self.links.len() as u64 + 1).to_be_bytes());
+                // Unique per link in this process (several workers forward the same topic).
+                static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+                let n = NEXT.fetch_add(1, Ordering::Relaxed);
+                uuid[8..].copy_from_slice(&n.to_be_bytes());
                 let id = Identity::new(&topic, 0, &uuid).map_err(|e| e.to_string())?;
                 let s = self.ctx.socket(zmq::DEALER).map_err(|e| e.to_string())?;
                 s.set_identity(&id.to_bytes()).map_err(|e| e.to_string())?;

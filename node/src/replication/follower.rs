@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tracing::{debug, info, warn};
 use zper_raft::NodeId;
@@ -30,60 +30,110 @@ pub(crate) struct Follower {
     pub(crate) max_bytes: u32,
 }
 
-/// A DEALER to one leader's replication endpoint.
-struct Connection {
+/// One followed topic's link to its leader: a DEALER of its own (so answers need no topic) and
+/// the fetch in flight, if any.
+struct Link {
+    leader: NodeId,
     endpoint: String,
     socket: zmq::Socket,
+    /// The request in flight and when it was sent.
+    in_flight: Option<(FetchRequest, Instant)>,
 }
 
 impl Follower {
+    /// Keeps one fetch in flight per followed topic, all at once: a leader parks a caught-up
+    /// fetch for up to 100 ms, so asking topic after topic would delay every other topic's
+    /// copy (and its acks) by that much.
     pub(crate) fn run(self) {
-        let mut connections: HashMap<NodeId, Connection> = HashMap::new();
+        let mut links: HashMap<String, Link> = HashMap::new();
         while !self.stop.load(Ordering::Relaxed) {
             let followed = self.view.followed();
+            // Drop links to topics no longer followed here, or whose leader changed.
+            links.retain(|topic, link| {
+                followed
+                    .iter()
+                    .any(|(t, f)| t == topic && f.leader == link.leader)
+            });
             if followed.is_empty() {
                 std::thread::sleep(Duration::from_millis(20));
                 continue;
             }
-            for (topic, frag) in followed {
-                match self.fetch_once(&topic, frag.leader, &mut connections) {
-                    Ok(_) => {}
-                    Err(e) => {
-                        debug!(topic = %topic, leader = frag.leader, error = %e, "replica fetch failed");
-                        connections.remove(&frag.leader);
-                        std::thread::sleep(Duration::from_millis(10));
+            for (topic, frag) in &followed {
+                if links.get(topic).is_some_and(|l| l.in_flight.is_some()) {
+                    continue;
+                }
+                if let Err(e) = self.send_fetch(topic, frag.leader, &mut links) {
+                    debug!(topic = %topic, leader = frag.leader, error = %e, "replica fetch not sent");
+                    links.remove(topic);
+                }
+            }
+            let topics: Vec<String> = links.keys().cloned().collect();
+            let mut items: Vec<zmq::PollItem> = topics
+                .iter()
+                .filter_map(|t| links.get(t).map(|l| l.socket.as_poll_item(zmq::POLLIN)))
+                .collect();
+            if zmq::poll(&mut items, POLL_SLICE_MS).is_err() {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+            let ready: Vec<bool> = items.iter().map(|i| i.is_readable()).collect();
+            drop(items);
+            for (topic, readable) in topics.iter().zip(ready) {
+                let outcome = if readable {
+                    self.receive(topic, &mut links)
+                } else {
+                    let late = links
+                        .get(topic)
+                        .and_then(|l| l.in_flight.as_ref())
+                        .is_some_and(|(_, sent)| {
+                            sent.elapsed() > Duration::from_millis(REPLY_TIMEOUT_MS as u64)
+                        });
+                    if late {
+                        Err("no answer in time".to_owned())
+                    } else {
+                        Ok(())
                     }
+                };
+                if let Err(e) = outcome {
+                    debug!(topic = %topic, error = %e, "replica fetch failed");
+                    links.remove(topic);
                 }
             }
         }
         debug!("replica fetcher stopped");
     }
 
-    /// One FETCH for `topic` from `leader`; true when bytes were appended or truncated.
-    fn fetch_once(
+    /// Sends the next FETCH for `topic` (connecting first if needed).
+    fn send_fetch(
         &self,
         topic: &str,
         leader: NodeId,
-        connections: &mut HashMap<NodeId, Connection>,
-    ) -> Result<bool, String> {
+        links: &mut HashMap<String, Link>,
+    ) -> Result<(), String> {
         let endpoint = self
             .view
             .endpoints(leader)
             .map(|e| e.replica)
             .filter(|e| !e.is_empty())
             .ok_or_else(|| format!("no replication endpoint known for node {leader}"))?;
-        if connections
-            .get(&leader)
-            .is_none_or(|c| c.endpoint != endpoint)
+        if links
+            .get(topic)
+            .is_none_or(|l| l.endpoint != endpoint || l.leader != leader)
         {
             let socket = self.ctx.socket(zmq::DEALER).map_err(|e| e.to_string())?;
             socket.set_linger(0).map_err(|e| e.to_string())?;
             socket.connect(&endpoint).map_err(|e| e.to_string())?;
-            connections.insert(leader, Connection { endpoint, socket });
+            links.insert(
+                topic.to_owned(),
+                Link {
+                    leader,
+                    endpoint,
+                    socket,
+                    in_flight: None,
+                },
+            );
         }
-        let conn = connections
-            .get(&leader)
-            .ok_or_else(|| "connection vanished".to_owned())?;
+        let link = links.get_mut(topic).ok_or("link vanished")?;
         let log = self
             .store
             .topic_or_create(topic)
@@ -99,30 +149,29 @@ impl Follower {
             last_epoch: log.last_epoch().map_err(|e| e.to_string())?,
             max_bytes: self.max_bytes,
         };
-        conn.socket
-            .send_multipart(request.to_frames(), 0)
+        link.socket
+            .send_multipart(request.to_frames(), zmq::DONTWAIT)
             .map_err(|e| e.to_string())?;
-        // Wait in slices, giving up early when the metadata names another leader (the one
-        // asked may be dead: a failover must not wait out the whole timeout).
-        let mut waited = 0;
-        loop {
-            if conn
-                .socket
-                .poll(zmq::POLLIN, POLL_SLICE_MS)
-                .map_err(|e| e.to_string())?
-                > 0
-            {
-                break;
-            }
-            waited += POLL_SLICE_MS;
-            let moved = self.view.fragment(topic).is_none_or(|f| f.leader != leader);
-            if moved || waited >= REPLY_TIMEOUT_MS || self.stop.load(Ordering::Relaxed) {
-                return Err(format!("no answer from node {leader} at {}", conn.endpoint));
-            }
-        }
-        let frames = conn.socket.recv_multipart(0).map_err(|e| e.to_string())?;
+        link.in_flight = Some((request, Instant::now()));
+        Ok(())
+    }
+
+    /// Takes `topic`'s answer and applies it.
+    fn receive(&self, topic: &str, links: &mut HashMap<String, Link>) -> Result<(), String> {
+        let link = links.get_mut(topic).ok_or("link vanished")?;
+        let frames = link
+            .socket
+            .recv_multipart(zmq::DONTWAIT)
+            .map_err(|e| e.to_string())?;
+        let Some((request, _)) = link.in_flight.take() else {
+            return Ok(()); // a stale answer
+        };
         let reply = FetchReply::decode(&frames).map_err(|e| e.to_string())?;
-        apply(&log, &request, reply)
+        let log = self
+            .store
+            .topic_or_create(topic)
+            .map_err(|e| e.to_string())?;
+        apply(&log, &request, reply).map(|_| ())
     }
 }
 
