@@ -137,12 +137,25 @@ impl Drop for Cluster {
                     .take(40)
                     .collect();
                 eprintln!("--- node {} log (newest first) ---", i + 1);
+                if let Ok(dirs) = std::fs::read_dir(d) {
+                    for e in dirs.filter_map(Result::ok) {
+                        let epochs =
+                            std::fs::read_to_string(e.path().join(zper_store::EPOCHS_FILE));
+                        if let Ok(text) = epochs {
+                            eprintln!("{:?} epochs: {:?}", e.file_name(), text);
+                        }
+                    }
+                }
                 for l in tail {
                     eprintln!("{l}");
                 }
             }
         }
     }
+}
+
+fn raft_leader(http_addr: &str) -> Option<u64> {
+    get_json(http_addr, "/v1/raft")["leader"].as_u64()
 }
 
 fn live_brokers(http_addr: &str) -> usize {
@@ -440,8 +453,11 @@ fn below_min_insync_acked_writes_are_refused_with_a_status_and_reads_go_on() {
     let leader = c.create("strict", 3);
     assert_eq!(c.produce_acked(leader, "strict", 0..20).len(), 20);
 
-    // One follower freezes: it falls behind, leaves the ISR, and acked writes are refused.
-    let frozen = (1..=3).find(|n| *n != leader).expect("follower");
+    // One follower freezes (not the Raft leader: the metadata must stay writable): it falls
+    // behind, leaves the ISR, and acked writes are refused.
+    let frozen = (1..=3)
+        .find(|n| *n != leader && Some(*n) != raft_leader(&c.http(leader)))
+        .expect("a follower that does not lead Raft");
     c.nodes[frozen as usize - 1].pause();
     assert!(
         eventually(|| c.fragment(leader, "strict")["isr"]
@@ -534,16 +550,19 @@ fn the_first_write_to_a_new_topic_creates_it_with_the_defaults() {
 
 #[test]
 fn acks_leader_acknowledges_at_the_leaders_flush_while_replicas_are_away() {
-    let c = Cluster::start_with("acks = leader\n");
+    // Long lease and lag: the frozen replica stays in the ISR throughout, so with acks = all
+    // nothing could be acknowledged while it is away.
+    let c = Cluster::start_with("acks = leader\nnode.lease_ms = 20000\nreplica.lag_ms = 60000\n");
     let leader = c.create("quick", 3);
-    // Both replicas frozen: no high-water mark progress, yet the leader acknowledges.
-    for n in (1..=3).filter(|n| *n != leader) {
-        c.nodes[n as usize - 1].pause();
-    }
+    let frozen = (1..=3)
+        .find(|n| *n != leader && Some(*n) != raft_leader(&c.http(leader)))
+        .expect("a follower that does not lead Raft");
+    c.nodes[frozen as usize - 1].pause();
     assert_eq!(c.produce_acked(leader, "quick", 0..10).len(), 10);
-    for n in (1..=3).filter(|n| *n != leader) {
-        c.nodes[n as usize - 1].resume();
-    }
+    assert!(c.fragment(leader, "quick")["isr"]
+        .as_array()
+        .is_some_and(|isr| isr.contains(&json!(frozen))));
+    c.nodes[frozen as usize - 1].resume();
     // They catch up afterwards.
     assert!(eventually(|| {
         let a = c.segments(leader, "quick");
@@ -602,4 +621,42 @@ fn many_topics_replicate_side_by_side() {
         assert_eq!(ids_in(&concat(&a)), (0..10).collect::<Vec<u32>>(), "{t}");
         assert!((2..=3).all(|n| c.segments(n, t) == a), "{t}");
     }
+}
+
+#[test]
+#[ignore = "known bug, issue #4 stays open: when the leader is killed within about a second of \
+            the topic's creation and restarted at once, its acknowledged messages are cut (about \
+            1 run in 3); run with --ignored"]
+fn a_restarted_former_leader_never_acknowledges_what_it_then_cuts() {
+    let mut c = Cluster::start();
+    let leader = c.create("fence", 3);
+    assert_eq!(c.produce_acked(leader, "fence", 0..10).len(), 10);
+    c.node(leader).kill9();
+    let survivor = (1..=3).find(|n| *n != leader).expect("survivor");
+    assert!(eventually(|| {
+        let f = c.fragment(survivor, "fence");
+        f["leader"] != json!(leader) && f["leader"].is_u64()
+    }));
+    // Its metadata on disk still names it leader: right after the restart it must neither
+    // append nor acknowledge as leader (its lease is not current) until it has caught up with
+    // the cluster; then it forwards to the new leader.
+    c.node(leader).restart();
+    let acked = c.produce_acked(leader, "fence", 100..130);
+    assert!(
+        eventually(|| {
+            let a = c.segments(survivor, "fence");
+            (1..=3).all(|n| c.segments(n, "fence") == a)
+        }),
+        "copies converge"
+    );
+    let stored = ids_in(&concat(&c.segments(leader, "fence")));
+    for id in (0..10).chain(acked.iter().copied()) {
+        assert!(
+            stored.contains(&id),
+            "acknowledged {id} is stored: {stored:?}"
+        );
+    }
+    let mut sorted = stored.clone();
+    sorted.dedup();
+    assert_eq!(sorted.len(), stored.len(), "no duplicates: {stored:?}");
 }

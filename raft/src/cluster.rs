@@ -18,8 +18,11 @@ use crate::metadata::{Command, CommandResult, MetadataError};
 use crate::network::HttpNetwork;
 use crate::{NodeEndpoints, NodeId, StateMachineStore, TypeConfig};
 
-/// Longest wait for a forwarded proposal.
+/// Longest wait for a forwarded proposal, retries included.
 pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest wait for one forward to the leader: a frozen leader must not hold a proposal (a
+/// lease renewal, say) for long while another node is being elected.
+pub const FORWARD_REQUEST_TIMEOUT: Duration = Duration::from_millis(500);
 /// Longest wait for a local proposal to commit (it may still commit later).
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest wait for a new learner to replicate the log before it is promoted.
@@ -360,7 +363,7 @@ impl ClusterNode {
         let resp = self
             .http
             .post(&url)
-            .timeout(FORWARD_TIMEOUT)
+            .timeout(FORWARD_REQUEST_TIMEOUT)
             .json(command)
             .send()
             .await

@@ -61,7 +61,12 @@ impl TopicLog {
         Ok(Located { seg, visible_end })
     }
 
-    fn is_boundary(&self, seg: &Segment, off: u64, end: u64) -> Result<bool, StoreError> {
+    pub(crate) fn is_boundary(
+        &self,
+        seg: &Segment,
+        off: u64,
+        end: u64,
+    ) -> Result<bool, StoreError> {
         if off == seg.start {
             return Ok(true);
         }

@@ -69,6 +69,7 @@ impl TopicLog {
                 broken: None,
                 high_water: None,
                 epochs: crate::epochs::load(dir),
+                truncations: 0,
             }),
         })
     }

@@ -48,6 +48,13 @@ impl TopicLog {
         Ok(())
     }
 
+    /// How many times the log was cut back since it was opened: a writer waiting to
+    /// acknowledge offsets of this log must drop its waiters when this moves (the bytes they
+    /// waited for are gone, whatever comes at those offsets next).
+    pub fn truncations(&self) -> Result<u64, StoreError> {
+        Ok(self.lock()?.truncations)
+    }
+
     /// The high-water mark, if one is set.
     pub fn high_water(&self) -> Result<Option<u64>, StoreError> {
         Ok(self.lock()?.high_water)
@@ -75,7 +82,7 @@ impl TopicLog {
                 None => (st.segments[i].clone(), st.written_end, false),
             }
         };
-        if offset > seg_end {
+        if offset > seg_end || (offset < seg_end && !self.is_boundary(&seg, offset, seg_end)?) {
             return Err(invalid());
         }
         let available = seg_end - offset;
@@ -210,6 +217,7 @@ impl TopicLog {
         st.high_water = st.high_water.map(|h| h.min(offset));
         st.pending = 0;
         st.first_unflushed = None;
+        st.truncations += 1;
         drop(st);
         self.trim_epochs(offset)
     }

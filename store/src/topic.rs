@@ -35,6 +35,8 @@ pub(crate) struct TopicState {
     pub(crate) high_water: Option<u64>,
     /// Leader-epoch history `(epoch, start offset)`, ascending (`epochs.rs`).
     pub(crate) epochs: Vec<(u64, u64)>,
+    /// Truncations since the log was opened (`replica.rs`).
+    pub(crate) truncations: u64,
 }
 
 impl TopicState {

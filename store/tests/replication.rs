@@ -125,6 +125,14 @@ fn a_replica_append_must_continue_its_log() {
         l.read_for_replica(3, 1000),
         Err(StoreError::InvalidOffset { .. })
     ));
+    // Inside the second message's payload, where the bytes could parse as records: refused.
+    let body = message(&[b"id".to_vec(), vec![0u8; 40]]);
+    l.append(&body).expect("append");
+    let inside = 2 * m.len() as u64 + 6;
+    assert!(matches!(
+        l.read_for_replica(inside, 1000),
+        Err(StoreError::InvalidOffset { .. })
+    ));
     assert_eq!(r.written_end().expect("end"), 0);
 }
 

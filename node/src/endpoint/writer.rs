@@ -378,6 +378,8 @@ struct Waiter {
 /// A worker's view of one topic.
 struct TopicWork {
     log: Arc<TopicLog>,
+    /// The log's truncation count when the waiters below started waiting.
+    truncations: u64,
     /// This topic's metrics.
     stats: Arc<crate::metrics::TopicCounters>,
     /// First frame of the last message appended.
@@ -474,6 +476,7 @@ impl Worker {
                     self.topics.insert(
                         name.clone(),
                         TopicWork {
+                            truncations: log.truncations().unwrap_or(0),
                             log,
                             stats: self.counters.topic(name),
                             last_id: Vec::new(),
@@ -528,6 +531,15 @@ impl Worker {
             return;
         }
         let role = self.view.as_ref().map_or(Role::Local, |v| v.role(topic));
+        if role == Role::Fenced {
+            // The metadata says this node leads, but its lease is not current: it may have
+            // been replaced. Neither append nor acknowledge.
+            Counters::add(&counters.not_leader, messages);
+            for a in run {
+                self.refuse(a, zper_wire::WRITER_NOT_LEADER);
+            }
+            return;
+        }
         if let Role::Follower { leader } = role {
             // Another node leads this topic: appending here would fork the log. Forward.
             debug!(topic = %topic, leader, messages, "forwarding to the leader");
@@ -723,6 +735,18 @@ impl Worker {
     fn flush_due(&mut self, force: bool) {
         let now = Instant::now();
         for (name, work) in self.topics.iter_mut() {
+            // Waiters this node can no longer satisfy: it does not lead the topic any more
+            // (or is fenced), or its log was cut back under them. They get 104 now rather than
+            // an ack for bytes that are not theirs, or silence.
+            let role = self.view.as_ref().map_or(Role::Local, |v| v.role(name));
+            let truncations = work.log.truncations().unwrap_or(0);
+            if work.has_waiters()
+                && (matches!(role, Role::Fenced | Role::Follower { .. })
+                    || truncations != work.truncations)
+            {
+                refuse_waiters(&self.acks, work, zper_wire::WRITER_NOT_LEADER);
+            }
+            work.truncations = truncations;
             let (pending, first) = work.log.pending().unwrap_or((0, None));
             if force || self.policy.due(pending, first, work.has_waiters(), now) {
                 let started = Instant::now();
@@ -774,6 +798,16 @@ fn split_messages(records: &[u8]) -> Vec<Vec<Vec<u8>>> {
         }
     }
     out
+}
+
+/// Answers every waiting producer of `work` with `status` instead of an ack, and forgets them.
+fn refuse_waiters(acks: &zmq::Socket, work: &mut TopicWork, status: u8) {
+    for (routing_id, w) in work.per_flush.drain() {
+        let _ = acks.send_multipart([routing_id, w.message_id, vec![status]], 0);
+    }
+    for (routing_id, w) in work.per_message.drain(..) {
+        let _ = acks.send_multipart([routing_id, Vec::new(), w.message_id, vec![status]], 0);
+    }
 }
 
 fn send_acks(acks: &zmq::Socket, work: &mut TopicWork, flushed: u64) {

@@ -1,7 +1,7 @@
 //! Forwarding writes to the fragment leader (issue #4): an unchanged ZPER producer connected to
 //! any node keeps working. A writer worker that does not lead a topic hands the messages here;
-//! they go to the leader's writer endpoint over a DEALER per (leader, topic, ack mode) whose
-//! identity names the topic, in REQ style (`[empty][frames...]`) when the producer waits for
+//! they go to the leader's writer endpoint over a DEALER per (leader, producer) whose identity
+//! names the topic, in REQ style (`[empty][frames...]`) when the producer waits for
 //! acks, so the leader answers each message with `[empty][message id]` (plus a status frame on
 //! refusal). Answers come back in order and are relayed to the producers through the writer's
 //! ack path: mode 2 `[empty][id(, status)]`, mode 1 `[id(, status)]`.
@@ -35,8 +35,14 @@ pub struct ForwardJob {
 struct Waiting {
     routing_id: Vec<u8>,
     mode: AckMode,
+    /// The message id the leader's answer must carry.
+    id: Vec<u8>,
     since: Instant,
 }
+
+/// A forwarded message unanswered this long is given up: its producer gets 104 (the leader
+/// may have died with it; the producer decides whether to send it again).
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 
 struct Link {
     socket: zmq::Socket,
@@ -57,7 +63,9 @@ pub(crate) struct Forwarder {
     pub(crate) stop: Arc<AtomicBool>,
 }
 
-type Key = (NodeId, Arc<str>, bool);
+/// One link per (leader, producer): answers for one producer come back on its own link, in
+/// its own order, so they can never be handed to another producer.
+type Key = (NodeId, Vec<u8>);
 
 impl Forwarder {
     pub(crate) fn run(self) {
@@ -98,6 +106,7 @@ impl Forwarder {
                     }
                 }
             }
+            self.expire(&mut links);
             links.retain(|_, l| !l.waiting.is_empty() || l.last_used.elapsed() < IDLE);
         }
         debug!("write forwarder stopped");
@@ -119,7 +128,7 @@ impl Forwarder {
             return;
         };
         let acked = job.mode != AckMode::None;
-        let key: Key = (frag.leader, job.topic.clone(), acked);
+        let key: Key = (frag.leader, job.routing_id.clone());
         if !links.contains_key(&key) {
             match self.connect(&job.topic, acked, &endpoint) {
                 Ok(socket) => {
@@ -148,6 +157,7 @@ impl Forwarder {
             if acked {
                 out.push(Vec::new());
             }
+            let id = frames.first().cloned().unwrap_or_default();
             out.extend(frames);
             if link.socket.send_multipart(out, zmq::DONTWAIT).is_err() {
                 Counters::add(&self.counters.not_leader, 1);
@@ -158,6 +168,7 @@ impl Forwarder {
                 link.waiting.push_back(Waiting {
                     routing_id: job.routing_id.clone(),
                     mode: job.mode,
+                    id,
                     since: Instant::now(),
                 });
             }
@@ -184,22 +195,63 @@ impl Forwarder {
         Ok(s)
     }
 
-    /// Relays the leader's answers to the waiting producers, in order.
+    /// Relays the leader's answers to the waiting producers. Answers come in order, but a
+    /// leader that crashed may have lost some messages: an answer is matched by its message id
+    /// to the oldest waiting message with that id, and the older waiting ones before it are
+    /// answered 104 (never answered, never to be). A producer never gets another's ack.
     fn relay(&self, link: &mut Link) {
         while let Ok(mut frames) = link.socket.recv_multipart(zmq::DONTWAIT) {
             if frames.first().is_some_and(Vec::is_empty) {
                 frames.remove(0);
             }
-            let Some(w) = link.waiting.pop_front() else {
+            let Some(id) = frames.first() else {
                 continue;
             };
-            let _ = w.since;
-            let mut out = vec![w.routing_id];
-            if w.mode == AckMode::PerMessage {
-                out.push(Vec::new());
+            let Some(at) = link.waiting.iter().position(|w| &w.id == id) else {
+                continue; // an answer for a message given up already
+            };
+            for lost in link.waiting.drain(..at).collect::<Vec<_>>() {
+                self.answer(lost, None);
             }
-            out.extend(frames);
-            let _ = self.acks.send_multipart(out, 0);
+            if let Some(w) = link.waiting.pop_front() {
+                self.answer(w, Some(frames));
+            }
+        }
+    }
+
+    /// Sends `w`'s producer the leader's answer, or 104 (not the leader) when there is none.
+    fn answer(&self, w: Waiting, frames: Option<Vec<Vec<u8>>>) {
+        let mut out = vec![w.routing_id];
+        if w.mode == AckMode::PerMessage {
+            out.push(Vec::new());
+        }
+        match frames {
+            Some(f) => out.extend(f),
+            None => {
+                out.push(w.id);
+                out.push(vec![zper_wire::WRITER_NOT_LEADER]);
+            }
+        }
+        let _ = self.acks.send_multipart(out, 0);
+    }
+
+    /// Gives up messages unanswered for [`ANSWER_TIMEOUT`] and every message waiting on a
+    /// link to a node that no longer leads its topic; their producers get 104.
+    fn expire(&self, links: &mut HashMap<Key, Link>) {
+        for ((leader, routing_id), link) in links.iter_mut() {
+            let moved = zper_wire::topic_of(routing_id)
+                .ok()
+                .and_then(|t| self.view.fragment(t))
+                .is_none_or(|f| f.leader != *leader);
+            while link
+                .waiting
+                .front()
+                .is_some_and(|w| moved || w.since.elapsed() > ANSWER_TIMEOUT)
+            {
+                if let Some(w) = link.waiting.pop_front() {
+                    self.answer(w, None);
+                }
+            }
         }
     }
 }

@@ -160,7 +160,7 @@ impl Leader {
         if req.fragment != 0 || !frag.replicas.contains(&req.replica) {
             return Some(FetchReply::BadRequest);
         }
-        if frag.leader != self.view.me() {
+        if frag.leader != self.view.me() || !self.view.lease_current() {
             return Some(FetchReply::NotLeader {
                 leader_epoch: frag.epoch,
             });

@@ -153,6 +153,8 @@ impl TopicCreator {
     /// Errors: the creation did not commit (no quorum, no live node) or was not applied here
     /// within [`CREATE_TIMEOUT`]; a message for the log.
     pub fn ensure(&self, topic: &str) -> Result<(), String> {
+        // The view refreshes every few ms: look at the applied metadata itself first.
+        self.view.refresh(&self.cluster);
         if self.view.fragment(topic).is_some() {
             return Ok(());
         }

@@ -47,6 +47,9 @@ pub enum Role {
         /// Replicas, the leader included.
         replicas: usize,
     },
+    /// The metadata names this node leader but its lease is not current (just restarted,
+    /// or cut off from the Raft group): it must neither append nor acknowledge.
+    Fenced,
     /// Another node leads it.
     Follower {
         /// The leader.
@@ -59,6 +62,8 @@ struct Snapshot {
     applied: u64,
     fragments: HashMap<String, FragmentView>,
     nodes: HashMap<NodeId, NodeEndpoints>,
+    /// Each node's lease end as applied here, ms since the epoch.
+    leases: HashMap<NodeId, u64>,
 }
 
 /// Shared, cheaply readable placement of every topic's fragment 0.
@@ -112,6 +117,11 @@ impl PlacementView {
                 .iter()
                 .map(|(id, n)| (*id, n.endpoints.clone()))
                 .collect(),
+            leases: m
+                .nodes
+                .iter()
+                .map(|(id, n)| (*id, n.lease_until_ms))
+                .collect(),
         });
         match (built, self.inner.write()) {
             (Some(s), Ok(mut inner)) => {
@@ -127,11 +137,27 @@ impl PlacementView {
         self.inner.read().ok()?.fragments.get(topic).cloned()
     }
 
+    /// True while this node's lease, as applied here, is current. A node acts as a fragment
+    /// leader only then: a node restarted from stale metadata, or cut off from the Raft group,
+    /// cannot renew it, so it never acknowledges writes that a newer leader's history would
+    /// cut (the lease fences it; the new leader is only chosen after the lease ended).
+    pub fn lease_current(&self) -> bool {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        self.inner
+            .read()
+            .ok()
+            .and_then(|s| s.leases.get(&self.me).copied())
+            .is_some_and(|until| until > now)
+    }
+
     /// This node's role for `topic`.
     pub fn role(&self, topic: &str) -> Role {
         match self.fragment(topic) {
             None => Role::Local,
             Some(f) if f.leader == self.me && !f.replicated() => Role::Local,
+            Some(f) if f.leader == self.me && !self.lease_current() => Role::Fenced,
             Some(f) if f.leader == self.me => Role::Leader {
                 epoch: f.epoch,
                 in_sync: f.isr.len(),
@@ -156,8 +182,11 @@ impl PlacementView {
         out
     }
 
-    /// Replicated topics this node leads.
+    /// Replicated topics this node leads (none while its lease is not current).
     pub fn led(&self) -> Vec<(String, FragmentView)> {
+        if !self.lease_current() {
+            return Vec::new();
+        }
         let Ok(s) = self.inner.read() else {
             return Vec::new();
         };
