@@ -624,9 +624,6 @@ fn many_topics_replicate_side_by_side() {
 }
 
 #[test]
-#[ignore = "known bug, issue #4 stays open: when the leader is killed within about a second of \
-            the topic's creation and restarted at once, its acknowledged messages are cut (about \
-            1 run in 3); run with --ignored"]
 fn a_restarted_former_leader_never_acknowledges_what_it_then_cuts() {
     let mut c = Cluster::start();
     let leader = c.create("fence", 3);

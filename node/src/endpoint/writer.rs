@@ -580,6 +580,11 @@ impl Worker {
             return;
         };
         if let Role::Leader { epoch, .. } = role {
+            // A replicated log acknowledges at its high-water mark only: start it at 0 here if
+            // the replication thread has not yet (else the first acks would mean "flushed").
+            if work.log.high_water().ok().flatten().is_none() {
+                let _ = work.log.set_high_water(Some(0));
+            }
             if let Err(e) = crate::replication::claim_epoch(&work.log, epoch) {
                 error!(topic = %topic, error = %e, "cannot record leader epoch");
                 Counters::add(&counters.append_errors, messages);
