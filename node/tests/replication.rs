@@ -86,6 +86,25 @@ impl Cluster {
         leader
     }
 
+    /// Waits until a node other than `old` leads `topic` in `survivor`'s view and in the new
+    /// leader's own view, and returns it.
+    fn new_leader(&self, survivor: u64, topic: &str, old: u64) -> u64 {
+        assert!(
+            eventually(|| {
+                let f = self.fragment(survivor, topic);
+                f["leader"] != json!(old) && f["leader"].is_u64()
+            }),
+            "a new leader for {topic}"
+        );
+        let new = self.fragment(survivor, topic)["leader"]
+            .as_u64()
+            .expect("leader");
+        assert!(eventually(
+            || self.fragment(new, topic)["leader"] == json!(new)
+        ));
+        new
+    }
+
     /// Fragment 0 of `topic` as node `via` sees it.
     fn fragment(&self, via: u64, topic: &str) -> Value {
         get_json(&self.http(via), &format!("/v1/topics/{topic}"))["fragments"][0].clone()
@@ -266,21 +285,7 @@ fn acknowledged_messages_survive_sigkill_of_the_leader_on_byte_identical_copies(
     // SIGKILL the leader: after its lease the others elect a new leader from the ISR.
     c.node(leader).kill9();
     let survivor = (1..=3).find(|n| *n != leader).expect("survivor");
-    assert!(
-        eventually(|| {
-            let f = c.fragment(survivor, "rep");
-            f["leader"] != json!(leader) && f["leader"].is_u64()
-        }),
-        "a new leader"
-    );
-    let new_leader = c.fragment(survivor, "rep")["leader"]
-        .as_u64()
-        .expect("leader");
-    // Writes go to the node that knows it leads (a follower does not append; forwarding to
-    // the leader is not there yet).
-    assert!(eventually(
-        || c.fragment(new_leader, "rep")["leader"] == json!(new_leader)
-    ));
+    let new_leader = c.new_leader(survivor, "rep", leader);
     // (Its writer learns it leads within its placement view's refresh, 10 ms: until then it
     // answers 104, not the leader.)
     assert!(eventually(
@@ -402,21 +407,7 @@ fn a_diverged_former_leader_drops_its_unacknowledged_tail_and_a_consumer_moves_n
         c.nodes[*n as usize - 1].resume();
     }
     let survivor = others[0];
-    assert!(
-        eventually(|| {
-            let f = c.fragment(survivor, "div");
-            f["leader"] != json!(leader) && f["leader"].is_u64()
-        }),
-        "a new leader"
-    );
-    let new_leader = c.fragment(survivor, "div")["leader"]
-        .as_u64()
-        .expect("leader");
-    // Writes go to the node that knows it leads (a follower does not append; forwarding to
-    // the leader is not there yet).
-    assert!(eventually(
-        || c.fragment(new_leader, "div")["leader"] == json!(new_leader)
-    ));
+    let new_leader = c.new_leader(survivor, "div", leader);
     // The other survivor was frozen too: its lease may have lapsed, leaving the new leader
     // alone in the ISR (below min_insync 2, so acked writes get 103) until it rejoins.
     assert!(eventually(
@@ -630,10 +621,7 @@ fn a_restarted_former_leader_never_acknowledges_what_it_then_cuts() {
     assert_eq!(c.produce_acked(leader, "fence", 0..10).len(), 10);
     c.node(leader).kill9();
     let survivor = (1..=3).find(|n| *n != leader).expect("survivor");
-    assert!(eventually(|| {
-        let f = c.fragment(survivor, "fence");
-        f["leader"] != json!(leader) && f["leader"].is_u64()
-    }));
+    c.new_leader(survivor, "fence", leader);
     // Its metadata on disk still names it leader: right after the restart it must neither
     // append nor acknowledge as leader (its lease is not current) until it has caught up with
     // the cluster; then it forwards to the new leader.

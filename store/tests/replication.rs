@@ -3,27 +3,16 @@
 //! segment_size; readers stop at the high-water mark; truncation cuts back to a message
 //! boundary and survives a restart.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
-use std::time::Duration;
 
+use common::config;
 use proptest::prelude::*;
-use zper_store::{FlushPolicy, Store, StoreConfig, StoreError, TopicLog};
+use zper_store::{Store, StoreError, TopicLog};
 use zper_wire::{encode_record, Timestamp};
-
-fn config(dir: &Path, segment_size: u64) -> StoreConfig {
-    StoreConfig {
-        base_dir: dir.to_owned(),
-        segment_size,
-        flush: FlushPolicy {
-            flush_messages: 1000,
-            flush_interval: Duration::from_millis(1000),
-        },
-        retain: Duration::from_secs(3600),
-        allow_empty_message: true,
-    }
-}
 
 fn message(frames: &[Vec<u8>]) -> Vec<u8> {
     let mut m = Vec::new();

@@ -1,24 +1,14 @@
 //! Store behaviour against spec `zper.md` §4.3, §4.4, §5.3, §5.4, §6 (as fixed by issue #2).
 
+mod common;
+
 use std::fs;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use zper_store::{FlushPolicy, Store, StoreConfig, StoreError};
+use common::config;
+use zper_store::{Store, StoreError};
 use zper_wire::{encode_record, Timestamp};
-
-fn config(dir: &Path, segment_size: u64) -> StoreConfig {
-    StoreConfig {
-        base_dir: dir.to_owned(),
-        segment_size,
-        flush: FlushPolicy {
-            flush_messages: 1000,
-            flush_interval: Duration::from_millis(1000),
-        },
-        retain: Duration::from_secs(3600),
-        allow_empty_message: true,
-    }
-}
 
 /// The perf producer's message (spec §11.2): 109 bytes.
 fn perf_message() -> Vec<u8> {
