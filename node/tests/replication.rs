@@ -645,3 +645,59 @@ fn a_restarted_former_leader_never_acknowledges_what_it_then_cuts() {
     sorted.dedup();
     assert_eq!(sorted.len(), stored.len(), "no duplicates: {stored:?}");
 }
+
+#[test]
+fn producing_through_a_survivor_while_the_leader_is_killed_loses_no_acknowledged_message() {
+    let mut c = Cluster::start();
+    let leader = c.create("live", 3);
+    let via = (1..=3).find(|n| *n != leader).expect("a follower");
+    let writer = c.nodes[via as usize - 1].writer.clone();
+    let ctx = c.ctx.clone();
+    // A producer on a follower (forwarded to the leader), mode 2, one id per message, never
+    // resent; bounded in count and time.
+    let producer = std::thread::spawn(move || {
+        let mut s = client(&ctx, zmq::REQ, &identity("live", 2), &writer);
+        let mut acked = Vec::new();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        for id in 0u32..600 {
+            if std::time::Instant::now() > deadline {
+                break;
+            }
+            let key = id.to_be_bytes();
+            if s.send_multipart([&key[..], b"live"], 0).is_err() {
+                s = client(&ctx, zmq::REQ, &identity("live", 2), &writer);
+                continue;
+            }
+            match s.recv_multipart(0) {
+                Ok(reply) if reply == [key.to_vec()] => acked.push(id),
+                Ok(_) => {} // refused (104/103): not acknowledged
+                Err(_) => s = client(&ctx, zmq::REQ, &identity("live", 2), &writer),
+            }
+        }
+        acked
+    });
+    assert!(
+        eventually(|| ids_in(&concat(&c.segments(leader, "live"))).len() >= 100),
+        "producing"
+    );
+    c.node(leader).kill9();
+    c.new_leader(via, "live", leader);
+    c.node(leader).restart();
+    let acked = producer.join().expect("producer");
+    assert!(acked.len() > 100, "{} acknowledged", acked.len());
+    assert!(
+        eventually(|| {
+            let a = c.segments(via, "live");
+            (1..=3).all(|n| c.segments(n, "live") == a)
+        }),
+        "copies converge"
+    );
+    let stored = ids_in(&concat(&c.segments(leader, "live")));
+    assert!(
+        stored.windows(2).all(|w| w[0] < w[1]),
+        "in order, no duplicates"
+    );
+    for id in &acked {
+        assert!(stored.contains(id), "acknowledged {id} is stored");
+    }
+}
