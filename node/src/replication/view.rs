@@ -153,16 +153,28 @@ impl PlacementView {
     }
 
     /// This node's role for `topic`.
+    /// Called for every batch the writer appends: one read lock, no copy.
     pub fn role(&self, topic: &str) -> Role {
-        match self.fragment(topic) {
+        let Ok(s) = self.inner.read() else {
+            return Role::Local;
+        };
+        match s.fragments.get(topic) {
             None => Role::Local,
             Some(f) if f.leader == self.me && !f.replicated() => Role::Local,
-            Some(f) if f.leader == self.me && !self.lease_current() => Role::Fenced,
-            Some(f) if f.leader == self.me => Role::Leader {
-                epoch: f.epoch,
-                in_sync: f.isr.len(),
-                replicas: f.replicas.len(),
-            },
+            Some(f) if f.leader == self.me => {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64);
+                if s.leases.get(&self.me).is_some_and(|until| *until > now) {
+                    Role::Leader {
+                        epoch: f.epoch,
+                        in_sync: f.isr.len(),
+                        replicas: f.replicas.len(),
+                    }
+                } else {
+                    Role::Fenced
+                }
+            }
             Some(f) => Role::Follower { leader: f.leader },
         }
     }
