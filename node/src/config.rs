@@ -541,10 +541,27 @@ mod tests {
             ("http.bind = 9644", "http.bind"),
             ("raft.heartbeat_ms = 500", "raft.election_timeout_ms"),
             ("acks = some", "acks"),
+            ("min_insync = 0", "min_insync"),
+            ("replica.lag_ms = soon", "replica.lag_ms"),
+            ("replica.bind = 5560", "replica.bind"),
         ] {
             let e = parse(text).expect_err(text);
             assert!(e.to_string().contains(&format!("`{key}`")), "{e}");
         }
+    }
+
+    #[test]
+    fn replication_keys_have_defaults_and_are_read() {
+        let c = parse("").expect("empty");
+        assert_eq!(c.replica_bind, "tcp://*:5560");
+        assert_eq!(c.replica_lag, Duration::from_millis(5000));
+        assert_eq!((c.min_insync, c.acks_leader), (None, false));
+        let c = parse("replica.bind = tcp://127.0.0.1:7000\nreplica.lag_ms = 250\nmin_insync = 3\nacks = leader\n")
+            .expect("parses");
+        assert_eq!(c.replica_bind, "tcp://127.0.0.1:7000");
+        assert_eq!(c.replica_lag, Duration::from_millis(250));
+        assert_eq!((c.min_insync, c.acks_leader), (Some(3), true));
+        assert!(c.unknown_keys.is_empty());
     }
 
     #[test]

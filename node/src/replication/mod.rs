@@ -198,3 +198,35 @@ impl TopicCreator {
         Err("created, but not applied here in time".into())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn min_insync_defaults_to_two_with_three_replicas_and_is_capped() {
+        assert_eq!(min_insync(None, 1), 1);
+        assert_eq!(min_insync(None, 2), 1);
+        assert_eq!(min_insync(None, 3), 2);
+        assert_eq!(min_insync(None, 5), 2);
+        assert_eq!(min_insync(Some(3), 2), 2, "never more than the replicas");
+        assert_eq!(min_insync(Some(0), 3), 1, "at least the leader");
+        assert_eq!(min_insync(Some(3), 3), 3);
+    }
+
+    #[test]
+    fn a_wake_up_reaches_the_topics_worker_and_never_blocks() {
+        let (tx0, rx0) = crossbeam_channel::bounded(1);
+        let (tx1, rx1) = crossbeam_channel::bounded(1);
+        let waker = Waker::new(vec![tx0, tx1]);
+        let i = usize::from(topic_hash("orders")) % 2;
+        for _ in 0..3 {
+            waker.wake("orders"); // the second and third find the channel full: no block
+        }
+        let (mine, other) = if i == 0 { (&rx0, &rx1) } else { (&rx1, &rx0) };
+        assert!(mine.try_recv().is_ok());
+        assert!(mine.try_recv().is_err());
+        assert!(other.try_recv().is_err());
+        Waker::default().wake("orders"); // no workers: nothing to do
+    }
+}
