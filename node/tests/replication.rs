@@ -701,3 +701,45 @@ fn producing_through_a_survivor_while_the_leader_is_killed_loses_no_acknowledged
         assert!(stored.contains(id), "acknowledged {id} is stored");
     }
 }
+
+#[test]
+fn a_leader_left_alone_stops_acknowledging_and_says_so() {
+    let mut c = Cluster::start();
+    let leader = c.create("alone", 3);
+    assert_eq!(c.produce_acked(leader, "alone", 0..5).len(), 5);
+    for n in (1..=3).filter(|n| *n != leader).collect::<Vec<_>>() {
+        c.node(n).kill9();
+    }
+    // No Raft quorum: its lease cannot be renewed, so within a lease it answers 104 (not the
+    // leader) instead of leaving producers waiting for acknowledgements that cannot come.
+    let writer = c.nodes[leader as usize - 1].writer.clone();
+    let started = std::time::Instant::now();
+    let mut last = Vec::new();
+    while started.elapsed() < std::time::Duration::from_secs(15) {
+        let s = client(&c.ctx, zmq::REQ, &identity("alone", 2), &writer);
+        s.send_multipart([&7u32.to_be_bytes()[..], b"alone"], 0)
+            .expect("send");
+        if let Ok(reply) = s.recv_multipart(0) {
+            last = reply;
+            if last.len() == 2 {
+                break;
+            }
+        }
+    }
+    assert_eq!(
+        last,
+        vec![
+            7u32.to_be_bytes().to_vec(),
+            vec![zper_wire::WRITER_NOT_LEADER]
+        ],
+        "a refusal, not an acknowledgement or silence"
+    );
+    // What was acknowledged is still served by its reader.
+    let r = client(
+        &c.ctx,
+        zmq::DEALER,
+        &identity("alone", 0),
+        &c.nodes[leader as usize - 1].reader,
+    );
+    assert!(ids_in(&read_all(&r)).starts_with(&[0, 1, 2, 3, 4]));
+}
