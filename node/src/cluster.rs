@@ -207,16 +207,13 @@ impl Member {
     }
 }
 
-/// The segment store as the admin API's [`zper_http::LocalLogs`]: this node's copy of a
-/// topic is its fragment 0 (fragments beyond 0 are stored by issue #4's replication).
+/// The segment store as the admin API's [`zper_http::LocalLogs`]: fragment k of a topic is
+/// stored under [`zper_store::log_key`] (the topic itself for fragment 0).
 struct StoreLogs(std::sync::Arc<zper_store::Store>);
 
 impl zper_http::LocalLogs for StoreLogs {
     fn offsets(&self, topic: &str, fragment: u32) -> Option<zper_http::FragmentOffsets> {
-        if fragment != 0 {
-            return None;
-        }
-        let log = self.0.topic(topic)?;
+        let log = self.0.topic(&zper_store::log_key(topic, fragment))?;
         let start_offset = log.segment_starts().ok()?.first().copied().unwrap_or(0);
         let end_offset = log.flushed_end().ok()?;
         Some(zper_http::FragmentOffsets {

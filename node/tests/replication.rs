@@ -105,6 +105,15 @@ impl Cluster {
         new
     }
 
+    /// The fragment stored under `key` (`topic` or `topic.k`) as node `via` sees it.
+    fn fragment_by_key(&self, via: u64, key: &str) -> Option<Value> {
+        let (topic, k) = key
+            .split_once('.')
+            .map_or((key, 0usize), |(t, k)| (t, k.parse().unwrap_or(0)));
+        let f = get_json(&self.http(via), &format!("/v1/topics/{topic}"))["fragments"][k].clone();
+        f["leader"].is_u64().then_some(f)
+    }
+
     /// Fragment 0 of `topic` as node `via` sees it.
     fn fragment(&self, via: u64, topic: &str) -> Value {
         get_json(&self.http(via), &format!("/v1/topics/{topic}"))["fragments"][0].clone()
@@ -742,4 +751,70 @@ fn a_leader_left_alone_stops_acknowledging_and_says_so() {
         &c.nodes[leader as usize - 1].reader,
     );
     assert!(ids_in(&read_all(&r)).starts_with(&[0, 1, 2, 3, 4]));
+}
+
+#[test]
+fn a_topic_with_several_fragments_spreads_producers_and_readers_pick_a_fragment() {
+    let c = Cluster::start();
+    let (s, body) = http(
+        "POST",
+        &c.http(1),
+        "/v1/topics/multi",
+        Some(r#"{"fragments": 3, "replication_factor": 3}"#),
+    )
+    .expect("answer");
+    assert_eq!(s, 201, "{body}");
+    let keys = ["multi", "multi.1", "multi.2"];
+    assert!(eventually(|| (1..=3).all(|n| keys
+        .iter()
+        .all(|k| c.fragment_by_key(n, k).is_some()))));
+    // Twelve producers through node 1 (forwarded to each fragment's leader as needed).
+    let writer = c.nodes[0].writer.clone();
+    let mut expected: Vec<Vec<u32>> = vec![Vec::new(); 3];
+    for p in 0..12u32 {
+        let id = identity("multi", 2);
+        let uuid = &id[3 + "multi".len()..];
+        let k = zper::replication::fragment_for(uuid, 3) as usize;
+        let mut s = client(&c.ctx, zmq::REQ, &id, &writer);
+        for i in 0..5u32 {
+            let key = (p * 100 + i).to_be_bytes();
+            s.send_multipart([&key[..], b"m"], 0).expect("send");
+            let reply = s.recv_multipart(0);
+            assert_eq!(
+                reply.ok(),
+                Some(vec![key.to_vec()]),
+                "producer {p} message {i}"
+            );
+            expected[k].push(p * 100 + i);
+            s = client(&c.ctx, zmq::REQ, &id, &writer);
+        }
+    }
+    assert!(
+        expected.iter().filter(|e| !e.is_empty()).count() >= 2,
+        "{expected:?}"
+    );
+    for (k, key) in keys.iter().enumerate() {
+        // Byte-identical copies of every fragment on every node...
+        assert!(
+            eventually(|| {
+                let a = c.segments(1, key);
+                (2..=3).all(|n| c.segments(n, key) == a)
+            }),
+            "{key} converges"
+        );
+        assert_eq!(ids_in(&concat(&c.segments(1, key))), expected[k], "{key}");
+        // ...and a reader whose identity's mode byte is k reads fragment k, on any node.
+        for n in 1..=3 {
+            let r = client(
+                &c.ctx,
+                zmq::DEALER,
+                &identity("multi", k as u8),
+                &c.nodes[n - 1].reader,
+            );
+            assert!(
+                eventually(|| ids_in(&read_all(&r)) == expected[k]),
+                "node {n} fragment {k}"
+            );
+        }
+    }
 }

@@ -23,5 +23,5 @@ pub use error::StoreError;
 pub use flush::FlushPolicy;
 pub use reading::Fetched;
 pub use replica::ReplicaChunk;
-pub use store::{Store, StoreConfig};
+pub use store::{log_key, Store, StoreConfig};
 pub use topic::{FlushOutcome, TopicLog};

@@ -42,6 +42,30 @@ impl Default for StoreConfig {
     }
 }
 
+/// The store name (and directory) of a topic's fragment: the topic itself for fragment 0 (what
+/// ZPER's layout and unchanged clients know, spec §6.1), `<topic>.<k>` for fragment k > 0 (a
+/// dot never appears in a topic name, so the two cannot collide; ZPER never lists such a
+/// directory).
+pub fn log_key(topic: &str, fragment: u32) -> String {
+    if fragment == 0 {
+        topic.to_owned()
+    } else {
+        format!("{topic}.{fragment}")
+    }
+}
+
+/// True for a topic name or a `<topic>.<k>` fragment key with k >= 1.
+fn valid_key(key: &str) -> bool {
+    match key.split_once('.') {
+        None => validate_topic(key.as_bytes()).is_ok(),
+        Some((topic, k)) => {
+            validate_topic(topic.as_bytes()).is_ok()
+                && !k.starts_with('0')
+                && k.parse::<u32>().is_ok_and(|k| k >= 1)
+        }
+    }
+}
+
 /// All topics of one data directory.
 #[derive(Debug)]
 pub struct Store {
@@ -65,7 +89,7 @@ impl Store {
             let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
                 continue;
             };
-            if !is_dir || validate_topic(name.as_bytes()).is_err() {
+            if !is_dir || !valid_key(&name) {
                 continue;
             }
             let log = TopicLog::open(
@@ -93,14 +117,17 @@ impl Store {
         self.topics.read().ok()?.get(name).cloned()
     }
 
-    /// The topic, created (directory and first segment) if it does not exist.
+    /// The topic (or fragment log, see [`log_key`]), created (directory and first segment) if
+    /// it does not exist.
     ///
-    /// Errors: invalid name (spec §3); I/O.
+    /// Errors: invalid name (spec §3) or key; I/O.
     pub fn topic_or_create(&self, name: &str) -> Result<Arc<TopicLog>, StoreError> {
         if let Some(t) = self.topic(name) {
             return Ok(t);
         }
-        validate_topic(name.as_bytes()).map_err(|_| StoreError::InvalidTopic(name.to_owned()))?;
+        if !valid_key(name) {
+            return Err(StoreError::InvalidTopic(name.to_owned()));
+        }
         let mut topics = self
             .topics
             .write()
@@ -148,5 +175,28 @@ impl Store {
             n += t.apply_retention(self.config.retain, now)?.len();
         }
         Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fragment_keys_cannot_collide_with_topics() {
+        assert_eq!(log_key("orders", 0), "orders");
+        assert_eq!(log_key("orders", 2), "orders.2");
+        assert!(valid_key("orders") && valid_key("orders.2") && valid_key("orders.1024"));
+        for bad in [
+            "orders.0",
+            "orders.02",
+            "orders.x",
+            "orders.",
+            ".2",
+            "or-ders.2",
+            "a.b.2",
+        ] {
+            assert!(!valid_key(bad), "{bad}");
+        }
     }
 }

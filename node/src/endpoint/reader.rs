@@ -113,6 +113,7 @@ fn front(
 pub(crate) struct Remote {
     ctx: zmq::Context,
     view: PlacementView,
+    /// By (leader, fragment store key).
     links: HashMap<(u64, String), zmq::Socket>,
 }
 
@@ -131,29 +132,33 @@ impl Remote {
     /// The leader's answer when `topic` is placed and this node holds no copy; `None` to
     /// answer locally. A leader that does not answer in time gives `[0xFF]`.
     fn answer(&mut self, routing_id: &[u8], frames: &[Vec<u8>]) -> Option<Vec<Vec<u8>>> {
-        let topic = zper_wire::topic_of(routing_id).ok()?.to_owned();
-        let frag = self.view.fragment(&topic)?;
+        let identity = Identity::parse(routing_id).ok()?;
+        let topic = identity.topic.clone();
+        let key = fragment_key(Some(&self.view), &identity);
+        let frag = self.view.fragment(&key)?;
         if frag.replicas.contains(&self.view.me()) {
             return None;
         }
         let endpoint = self.view.endpoints(frag.leader).map(|e| e.reader)?;
-        let key = (frag.leader, topic.clone());
+        let link = (frag.leader, key.clone());
         let result = (|| -> Result<Vec<Vec<u8>>, String> {
-            if !self.links.contains_key(&key) {
+            if !self.links.contains_key(&link) {
                 let mut uuid = [0u8; 16];
                 uuid[..8].copy_from_slice(&self.view.me().to_be_bytes());
                 // Unique per link in this process (several workers forward the same topic).
                 static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
                 let n = NEXT.fetch_add(1, Ordering::Relaxed);
                 uuid[8..].copy_from_slice(&n.to_be_bytes());
-                let id = Identity::new(&topic, 0, &uuid).map_err(|e| e.to_string())?;
+                // The mode byte names the fragment to the leader's reader.
+                let id = Identity::new(&topic, frag.id.min(255) as u8, &uuid)
+                    .map_err(|e| e.to_string())?;
                 let s = self.ctx.socket(zmq::DEALER).map_err(|e| e.to_string())?;
                 s.set_identity(&id.to_bytes()).map_err(|e| e.to_string())?;
                 s.set_linger(0).map_err(|e| e.to_string())?;
                 s.connect(&endpoint).map_err(|e| e.to_string())?;
-                self.links.insert(key.clone(), s);
+                self.links.insert(link.clone(), s);
             }
-            let s = self.links.get(&key).ok_or("no link")?;
+            let s = self.links.get(&link).ok_or("no link")?;
             s.send_multipart(frames, 0).map_err(|e| e.to_string())?;
             if s.poll(zmq::POLLIN, REMOTE_TIMEOUT_MS)
                 .map_err(|e| e.to_string())?
@@ -167,7 +172,7 @@ impl Remote {
             Ok(reply) => Some(reply),
             Err(e) => {
                 debug!(topic = %topic, leader = frag.leader, error = %e, "reader forward failed");
-                self.links.remove(&key);
+                self.links.remove(&link);
                 Some(ReaderReply::Status(Status::InternalError).into_frames())
             }
         }
@@ -196,7 +201,8 @@ fn work(
             }
             continue;
         }
-        let reply = handle(&store, &req.routing_id, &req.frames, cap);
+        let view = remote.as_ref().map(|r| &r.view);
+        let reply = handle(&store, view, &req.routing_id, &req.frames, cap);
         if matches!(reply, ReaderReply::Status(Status::InvalidCommand)) {
             Counters::add(&counters.bad_requests, 1);
         }
@@ -206,6 +212,15 @@ fn work(
             Counters::add(&counters.replies_dropped, 1);
         }
     }
+}
+
+/// The store key a reader identity reads (issue #4): its topic's fragment named by the mode
+/// byte (ignored by ZPER's reader, spec §5) when the topic has that many fragments, else
+/// fragment 0 (so unchanged clients, whatever their mode byte, read fragment 0).
+fn fragment_key(view: Option<&PlacementView>, identity: &Identity) -> String {
+    let n = view.map_or(1, |v| v.fragment_count(&identity.topic));
+    let k = u32::from(identity.mode);
+    zper_store::log_key(&identity.topic, if k < n { k } else { 0 })
 }
 
 /// Adds a FETCH or stream reply's messages and bytes to its topic's counters.
@@ -232,6 +247,7 @@ fn count_fetched(counters: &Counters, routing_id: &[u8], reply: &ReaderReply) {
 /// Answers one request (routing id = the client's ZPER identity, frames after the envelope).
 pub(crate) fn handle(
     store: &Store,
+    view: Option<&PlacementView>,
     routing_id: &[u8],
     frames: &[Vec<u8>],
     cap: u64,
@@ -248,7 +264,8 @@ pub(crate) fn handle(
     };
     let span = debug_span!("reader", topic = %identity.topic, ?request);
     let _enter = span.enter();
-    let Some(topic) = store.topic(&identity.topic) else {
+    let key = fragment_key(view, &identity);
+    let Some(topic) = store.topic(&key) else {
         return empty_topic(request);
     };
     let result = match request {

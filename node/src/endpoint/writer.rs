@@ -495,14 +495,49 @@ impl Worker {
         self.topics.get_mut(name)
     }
 
+    /// The store key of the fragment `p`'s messages go to: the topic itself unless the topic
+    /// has several fragments, then the one chosen stably from its identity (issue #4).
+    fn key_of(&self, p: &Producer) -> Arc<str> {
+        let Some(view) = &self.view else {
+            return p.topic.clone();
+        };
+        let n = view.fragment_count(&p.topic);
+        if n <= 1 {
+            return p.topic.clone();
+        }
+        let uuid = p.routing_id.get(3 + p.topic.len()..).unwrap_or_default();
+        match crate::replication::fragment_for(uuid, n) {
+            0 => p.topic.clone(),
+            k => Arc::from(zper_store::log_key(&p.topic, k)),
+        }
+    }
+
     fn apply(&mut self, batch: WriteBatch) {
+        // A topic this node's view does not know yet: create it (or load what was just
+        // applied) before choosing fragments, so a producer's first messages go where its
+        // later ones will.
+        let mut seen: Vec<&Arc<str>> = Vec::new();
+        for a in &batch.appends {
+            let t = &a.producer.topic;
+            if !seen.contains(&t) {
+                seen.push(t);
+                if self.view.as_ref().is_some_and(|v| v.fragment(t).is_none()) {
+                    self.ensure_created(t);
+                }
+            }
+        }
+        let keys: Vec<Arc<str>> = batch
+            .appends
+            .iter()
+            .map(|a| self.key_of(&a.producer))
+            .collect();
         let mut start = 0usize;
         let mut i = 0;
         while i < batch.appends.len() {
-            // One write for every consecutive run of the same topic.
-            let topic = batch.appends[i].producer.topic.clone();
+            // One write for every consecutive run of the same fragment.
+            let topic = keys[i].clone();
             let mut j = i;
-            while j + 1 < batch.appends.len() && batch.appends[j + 1].producer.topic == topic {
+            while j + 1 < batch.appends.len() && keys[j + 1] == topic {
                 j += 1;
             }
             let run = &batch.appends[i..=j];
@@ -523,7 +558,10 @@ impl Worker {
         messages: u64,
     ) {
         let counters = self.counters.clone();
-        if !self.ensure_created(topic) {
+        let topic_name = run
+            .first()
+            .map_or_else(|| topic.clone(), |a| a.producer.topic.clone());
+        if !self.ensure_created(&topic_name) {
             Counters::add(&counters.append_errors, messages);
             for a in run {
                 self.refuse(a, zper_wire::WRITER_UNAVAILABLE);

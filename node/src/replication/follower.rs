@@ -141,9 +141,13 @@ impl Follower {
         if log.high_water().map_err(|e| e.to_string())?.is_none() {
             log.set_high_water(Some(0)).map_err(|e| e.to_string())?;
         }
+        let frag = self
+            .view
+            .fragment(topic)
+            .ok_or_else(|| format!("{topic} is no longer placed"))?;
         let request = FetchRequest {
-            topic: topic.to_owned(),
-            fragment: 0,
+            topic: frag.topic.clone(),
+            fragment: frag.id,
             replica: self.view.me(),
             offset: log.flushed_end().map_err(|e| e.to_string())?,
             last_epoch: log.last_epoch().map_err(|e| e.to_string())?,

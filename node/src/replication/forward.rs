@@ -45,6 +45,8 @@ struct Waiting {
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 
 struct Link {
+    /// Store key of the fragment this link forwards to.
+    key: Arc<str>,
     socket: zmq::Socket,
     waiting: VecDeque<Waiting>,
     last_used: Instant,
@@ -130,11 +132,12 @@ impl Forwarder {
         let acked = job.mode != AckMode::None;
         let key: Key = (frag.leader, job.routing_id.clone());
         if !links.contains_key(&key) {
-            match self.connect(&job.topic, acked, &endpoint) {
+            match self.connect(&job.routing_id, acked, &endpoint) {
                 Ok(socket) => {
                     links.insert(
                         key.clone(),
                         Link {
+                            key: job.topic.clone(),
                             socket,
                             waiting: VecDeque::new(),
                             last_used: Instant::now(),
@@ -175,16 +178,17 @@ impl Forwarder {
         }
     }
 
-    fn connect(&self, topic: &str, acked: bool, endpoint: &str) -> Result<zmq::Socket, String> {
-        let mut uuid = [0u8; 16];
-        uuid[..8].copy_from_slice(&self.view.me().to_be_bytes());
-        uuid[8..].copy_from_slice(
-            &(std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64))
-            .to_be_bytes(),
-        );
-        let identity = Identity::new(topic, if acked { 2 } else { 0 }, &uuid)
+    /// A DEALER to the leader's writer whose identity is the producer's own topic and uuid
+    /// (so the leader maps it to the same fragment) with mode 2 when acks are wanted (the
+    /// leader then answers each message) or 0.
+    fn connect(
+        &self,
+        routing_id: &[u8],
+        acked: bool,
+        endpoint: &str,
+    ) -> Result<zmq::Socket, String> {
+        let producer = Identity::parse(routing_id).map_err(|e| e.to_string())?;
+        let identity = Identity::new(&producer.topic, if acked { 2 } else { 0 }, &producer.uuid)
             .map_err(|e| e.to_string())?
             .to_bytes();
         let s = self.ctx.socket(zmq::DEALER).map_err(|e| e.to_string())?;
@@ -238,10 +242,10 @@ impl Forwarder {
     /// Gives up messages unanswered for [`ANSWER_TIMEOUT`] and every message waiting on a
     /// link to a node that no longer leads its topic; their producers get 104.
     fn expire(&self, links: &mut HashMap<Key, Link>) {
-        for ((leader, routing_id), link) in links.iter_mut() {
-            let moved = zper_wire::topic_of(routing_id)
-                .ok()
-                .and_then(|t| self.view.fragment(t))
+        for ((leader, _), link) in links.iter_mut() {
+            let moved = self
+                .view
+                .fragment(&link.key)
                 .is_none_or(|f| f.leader != *leader);
             while link
                 .waiting

@@ -124,7 +124,7 @@ impl Leader {
             for p in parked.drain(..) {
                 let has_data = self
                     .store
-                    .topic(&p.request.topic)
+                    .topic(&zper_store::log_key(&p.request.topic, p.request.fragment))
                     .and_then(|l| l.written_end().ok())
                     .is_some_and(|end| end > p.request.offset);
                 if has_data || now >= p.until {
@@ -154,10 +154,11 @@ impl Leader {
         progress: &mut HashMap<String, Progress>,
         isr: &mut IsrState,
     ) -> Option<FetchReply> {
-        let Some(frag) = self.view.fragment(&req.topic) else {
+        let log_key = zper_store::log_key(&req.topic, req.fragment);
+        let Some(frag) = self.view.fragment(&log_key) else {
             return Some(FetchReply::BadRequest);
         };
-        if req.fragment != 0 || !frag.replicas.contains(&req.replica) {
+        if !frag.replicas.contains(&req.replica) {
             return Some(FetchReply::BadRequest);
         }
         if frag.leader != self.view.me() || !self.view.lease_current() {
@@ -165,7 +166,7 @@ impl Leader {
                 leader_epoch: frag.epoch,
             });
         }
-        let log = match self.led_log(&req.topic, &frag) {
+        let log = match self.led_log(&log_key, &frag) {
             Ok(l) => l,
             Err(e) => {
                 warn!(topic = %req.topic, error = %e, "replication: cannot open log");
@@ -182,11 +183,11 @@ impl Leader {
             return Some(FetchReply::Diverging { truncate_to: limit });
         }
         progress
-            .entry(req.topic.clone())
+            .entry(log_key.clone())
             .or_default()
             .durable
             .insert(req.replica, req.offset);
-        let key = (req.topic.clone(), req.replica);
+        let key = (log_key, req.replica);
         if req.offset == written
             || isr
                 .end_at_fetch
@@ -266,8 +267,8 @@ impl Leader {
             st.pending.insert(topic.clone(), now);
             let node = self.cluster.clone();
             let command = zper_raft::metadata::Command::SetIsr {
-                topic,
-                fragment: 0,
+                topic: frag.topic.clone(),
+                fragment: frag.id,
                 leader_epoch: frag.epoch,
                 isr: next,
             };
@@ -294,7 +295,8 @@ impl Leader {
     }
 
     fn answer(&self, req: &FetchRequest, parked: bool) -> FetchReply {
-        let Some(frag) = self.view.fragment(&req.topic) else {
+        let log_key = zper_store::log_key(&req.topic, req.fragment);
+        let Some(frag) = self.view.fragment(&log_key) else {
             return FetchReply::BadRequest;
         };
         if frag.leader != self.view.me() {
@@ -302,7 +304,7 @@ impl Leader {
                 leader_epoch: frag.epoch,
             };
         }
-        let Some(log) = self.store.topic(&req.topic) else {
+        let Some(log) = self.store.topic(&log_key) else {
             return FetchReply::BadRequest;
         };
         let high_water = log.high_water().ok().flatten().unwrap_or(0);

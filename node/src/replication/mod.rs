@@ -19,6 +19,23 @@ use zper_wire::topic_hash;
 use crate::metrics::Counters;
 pub use view::{PlacementView, Role};
 
+/// The fragment a producer's messages go to, stable per producer identity (issue #4): FNV-1a of
+/// the identity's bytes after the topic (its uuid) modulo the topic's fragment count.
+pub fn fragment_for(uuid: &[u8], fragments: u32) -> u32 {
+    if fragments <= 1 {
+        return 0;
+    }
+    let h = uuid.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    (h % u64::from(fragments)) as u32
+}
+
+/// The topic of a store key (`<topic>.<k>` or the topic itself).
+pub fn topic_of_key(key: &str) -> &str {
+    key.split_once('.').map_or(key, |(t, _)| t)
+}
+
 /// Largest chunk a replica asks for, bytes.
 pub const FETCH_MAX_BYTES: u32 = 1 << 20;
 
@@ -35,13 +52,14 @@ impl Waker {
         Waker { workers }
     }
 
-    /// Wakes `topic`'s worker (never blocks: a worker that already has a wake-up pending
+    /// Wakes the worker of the topic stored under `key` (never blocks: a worker that already has a wake-up pending
     /// needs no second one).
-    pub fn wake(&self, topic: &str) {
+    pub fn wake(&self, key: &str) {
         if self.workers.is_empty() {
             return;
         }
-        let i = usize::from(topic_hash(topic)) % self.workers.len();
+        // The writer front routes every fragment of a topic to the topic's worker.
+        let i = usize::from(topic_hash(topic_of_key(key))) % self.workers.len();
         let _ = self.workers[i].try_send(());
     }
 }

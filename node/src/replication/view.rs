@@ -16,6 +16,10 @@ pub const REFRESH: Duration = Duration::from_millis(10);
 /// One fragment as this node sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FragmentView {
+    /// Its topic.
+    pub topic: String,
+    /// Its id (0 for what unchanged clients use).
+    pub id: u32,
     /// Leader node.
     pub leader: NodeId,
     /// Leader epoch.
@@ -60,13 +64,16 @@ pub enum Role {
 #[derive(Debug, Default)]
 struct Snapshot {
     applied: u64,
+    /// Every fragment by its store key ([`zper_store::log_key`]: the topic for fragment 0).
     fragments: HashMap<String, FragmentView>,
+    /// Fragments per topic.
+    counts: HashMap<String, u32>,
     nodes: HashMap<NodeId, NodeEndpoints>,
     /// Each node's lease end as applied here, ms since the epoch.
     leases: HashMap<NodeId, u64>,
 }
 
-/// Shared, cheaply readable placement of every topic's fragment 0.
+/// Shared, cheaply readable placement of every fragment, by store key.
 #[derive(Debug, Clone)]
 pub struct PlacementView {
     me: NodeId,
@@ -98,11 +105,13 @@ impl PlacementView {
             fragments: m
                 .topics
                 .iter()
-                .filter_map(|(name, t)| {
-                    t.fragments.first().map(|f| {
+                .flat_map(|(name, t)| {
+                    t.fragments.iter().map(move |f| {
                         (
-                            name.clone(),
+                            zper_store::log_key(name, f.id),
                             FragmentView {
+                                topic: name.clone(),
+                                id: f.id,
                                 leader: f.leader,
                                 epoch: f.leader_epoch,
                                 replicas: f.replicas.clone(),
@@ -111,6 +120,11 @@ impl PlacementView {
                         )
                     })
                 })
+                .collect(),
+            counts: m
+                .topics
+                .iter()
+                .map(|(name, t)| (name.clone(), t.fragments.len().max(1) as u32))
                 .collect(),
             nodes: m
                 .nodes
@@ -132,7 +146,17 @@ impl PlacementView {
         }
     }
 
-    /// Fragment 0 of `topic`, if the metadata has the topic.
+    /// How many fragments `topic` has (1 when unknown).
+    pub fn fragment_count(&self, topic: &str) -> u32 {
+        self.inner
+            .read()
+            .ok()
+            .and_then(|s| s.counts.get(topic).copied())
+            .unwrap_or(1)
+    }
+
+    /// The fragment stored under `key` ([`zper_store::log_key`]; a topic name is its fragment
+    /// 0), if the metadata has it.
     pub fn fragment(&self, topic: &str) -> Option<FragmentView> {
         self.inner.read().ok()?.fragments.get(topic).cloned()
     }
@@ -152,13 +176,13 @@ impl PlacementView {
             .is_some_and(|until| until > now)
     }
 
-    /// This node's role for `topic`.
+    /// This node's role for the fragment stored under `key` (a topic name: its fragment 0).
     /// Called for every batch the writer appends: one read lock, no copy.
-    pub fn role(&self, topic: &str) -> Role {
+    pub fn role(&self, key: &str) -> Role {
         let Ok(s) = self.inner.read() else {
             return Role::Local;
         };
-        match s.fragments.get(topic) {
+        match s.fragments.get(key) {
             None => Role::Local,
             Some(f) if f.leader == self.me && !f.replicated() => Role::Local,
             Some(f) if f.leader == self.me => {
@@ -179,7 +203,7 @@ impl PlacementView {
         }
     }
 
-    /// Topics whose fragment 0 this node replicates from another leader, with that leader.
+    /// Fragments (by store key) this node replicates from another leader.
     pub fn followed(&self) -> Vec<(String, FragmentView)> {
         let Ok(s) = self.inner.read() else {
             return Vec::new();
@@ -194,7 +218,8 @@ impl PlacementView {
         out
     }
 
-    /// Replicated topics this node leads (none while its lease is not current).
+    /// Replicated fragments (by store key) this node leads (none while its lease is not
+    /// current).
     pub fn led(&self) -> Vec<(String, FragmentView)> {
         if !self.lease_current() {
             return Vec::new();
