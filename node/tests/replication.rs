@@ -316,6 +316,16 @@ fn acknowledged_messages_survive_sigkill_of_the_leader_on_byte_identical_copies(
     let all = ids_in(&concat(&c.segments(leader, "rep")));
     let expected: Vec<u32> = first.iter().chain(&second).copied().collect();
     assert_eq!(all, expected, "every acknowledged message once, in order");
+    // Readable from every node's reader, the same bytes at the same offsets.
+    let files = concat(&c.segments(leader, "rep"));
+    for n in 1..=3 {
+        let reader = c.node(n).reader.clone();
+        let r = client(&c.ctx, zmq::DEALER, &identity("rep", 0), &reader);
+        assert!(
+            eventually(|| read_all(&r) == files),
+            "node {n} reader after the restart"
+        );
+    }
     // Caught up, it rejoins the in-sync replicas.
     assert!(
         eventually(|| c.fragment(new_leader, "rep")["isr"]
