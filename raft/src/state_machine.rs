@@ -180,7 +180,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             state.last_applied = Some(entry.log_id);
             out.push(match entry.payload {
                 EntryPayload::Blank => Ok(Applied::Done),
-                EntryPayload::Normal(ref command) => state.metadata.apply(command),
+                EntryPayload::Normal(ref command) => {
+                    state.metadata.apply_at(command, entry.log_id.index)
+                }
                 EntryPayload::Membership(ref m) => {
                     state.membership = StoredMembership::new(Some(entry.log_id), m.clone());
                     Ok(Applied::Done)

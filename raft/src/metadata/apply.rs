@@ -12,9 +12,27 @@ pub const DEFAULT_RETAIN_HOURS: u32 = 168;
 pub const MAX_FRAGMENTS: u32 = 1024;
 
 impl Metadata {
-    /// Applies one command. A refused command leaves the state unchanged.
+    /// Applies one command. A refused command leaves the state unchanged. (A Dolly Put
+    /// applied this way gets sequence 0; the state machine uses [`Metadata::apply_at`].)
     pub fn apply(&mut self, command: &Command) -> CommandResult {
+        self.apply_at(command, 0)
+    }
+
+    /// Applies one command carried by the Raft entry at `index`.
+    pub fn apply_at(&mut self, command: &Command, index: u64) -> CommandResult {
         match command {
+            Command::DollyPut { key, value } => {
+                let sequence = index.max(self.dolly_sequence + 1);
+                self.dolly.insert(
+                    key.clone(),
+                    super::DollyRecord {
+                        sequence,
+                        value: value.clone(),
+                    },
+                );
+                self.dolly_sequence = sequence;
+                Ok(Applied::DollyPut { sequence })
+            }
             Command::RegisterNode {
                 id,
                 endpoints,
@@ -431,6 +449,36 @@ mod tests {
         // Rejoining: given in any order, stored in replica order, leader first.
         m.apply(&set(vec![other, leader], epoch)).expect("expand");
         assert_eq!(m.topics["t"].fragments[0].isr, vec![leader, other]);
+    }
+
+    #[test]
+    fn dolly_puts_take_the_raft_index_as_a_strictly_increasing_sequence() {
+        let mut m = Metadata::default();
+        let put = |k: &[u8], v: &[u8]| Command::DollyPut {
+            key: k.to_vec(),
+            value: v.to_vec(),
+        };
+        assert_eq!(
+            m.apply_at(&put(b"color", b"blue"), 7),
+            Ok(Applied::DollyPut { sequence: 7 })
+        );
+        assert_eq!(
+            m.apply_at(&put(b"empty", b""), 12),
+            Ok(Applied::DollyPut { sequence: 12 })
+        );
+        assert_eq!(
+            m.apply_at(&put(b"color", b"red"), 13),
+            Ok(Applied::DollyPut { sequence: 13 })
+        );
+        assert_eq!(m.dolly[&b"color".to_vec()].value, b"red");
+        assert_eq!(m.dolly[&b"color".to_vec()].sequence, 13);
+        assert_eq!(m.dolly[&b"empty".to_vec()].sequence, 12);
+        assert_eq!(m.dolly_sequence, 13);
+        // Never backwards, whatever index it is given.
+        assert_eq!(
+            m.apply(&put(b"x", b"1")),
+            Ok(Applied::DollyPut { sequence: 14 })
+        );
     }
 
     #[test]

@@ -78,6 +78,22 @@ pub struct Metadata {
     pub topics: BTreeMap<String, TopicRecord>,
     /// The node whose Dolly endpoints serve updates and snapshots.
     pub dolly_leader: Option<NodeId>,
+    /// Dolly's key/value map (issue #5): key -> the record of its last Put.
+    #[serde(default)]
+    pub dolly: BTreeMap<Vec<u8>, DollyRecord>,
+    /// Sequence of the newest Dolly Put (the Raft index that applied it; 0 before any).
+    #[serde(default)]
+    pub dolly_sequence: u64,
+}
+
+/// The last Put of one Dolly key (`dolly.md` §4: a stored record is that Put message).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DollyRecord {
+    /// The sequence that Put got: the Raft log index that applied it, so sequences grow over
+    /// the cluster's whole life, across restarts and leader changes (`dolly.md` §10).
+    pub sequence: u64,
+    /// The value.
+    pub value: Vec<u8>,
 }
 
 /// A metadata change, proposed by the Raft leader with its clock reading in it.
@@ -144,6 +160,14 @@ pub enum Command {
         /// Node id.
         id: NodeId,
     },
+    /// A Dolly Put (issue #5): `key` takes `value`, with the applying entry's Raft index as
+    /// its sequence.
+    DollyPut {
+        /// Key (raw bytes).
+        key: Vec<u8>,
+        /// Value (raw bytes).
+        value: Vec<u8>,
+    },
     /// The fragment's leader changes its in-sync replica set (issue #4): a replica that fell
     /// behind for `replica.lag_ms` leaves, one that caught up rejoins. Applied only in the
     /// epoch it names (a deposed leader's late proposal is refused).
@@ -168,6 +192,11 @@ pub enum Applied {
     Topic(TopicRecord),
     /// Fragments whose placement changed, and how.
     Placement(Vec<PlacementChange>),
+    /// A Dolly Put was applied with this sequence.
+    DollyPut {
+        /// The sequence (Raft log index).
+        sequence: u64,
+    },
 }
 
 /// Why a command was refused; the state is unchanged.
