@@ -21,6 +21,7 @@ reader.bind = tcp://127.0.0.1:25556
 ack.bind = tcp://127.0.0.1:25557
 controller.bind = tcp://127.0.0.1:25558
 replica.bind = tcp://127.0.0.1:25560
+dolly.requests.bind = tcp://127.0.0.1:25566
 http.bind = 127.0.0.1:25644
 flush_messages = 1000
 flush_interval = 1000

@@ -74,6 +74,7 @@ impl Member {
             ack: advertise(&zmq.ack, &host),
             controller: advertise(&zmq.controller, &host),
             replica: advertise(&zmq.replica, &host),
+            dolly_requests: advertise(&zmq.dolly_requests, &host),
             http: http.clone(),
             ..Default::default()
         };

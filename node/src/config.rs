@@ -57,6 +57,9 @@ pub struct NodeConfig {
     pub controller_bind: String,
     /// Replication ROUTER endpoint (`replica.bind`, default `tcp://*:5560`; issue #4).
     pub replica_bind: String,
+    /// Dolly requests ROUTER endpoint (`dolly.requests.bind`, default `tcp://*:3266`, the
+    /// requests port of Dolly's fixture; issue #5).
+    pub dolly_requests_bind: String,
     /// A replica not caught up with its leader for this long leaves the ISR
     /// (`replica.lag_ms`, default 5000).
     pub replica_lag: Duration,
@@ -151,6 +154,7 @@ const KNOWN: &[&str] = &[
     "ack.bind",
     "controller.bind",
     "replica.bind",
+    "dolly.requests.bind",
     "replica.lag_ms",
     "min_insync",
     "acks",
@@ -188,6 +192,7 @@ impl Default for NodeConfig {
             ack_bind: "tcp://*:5557".into(),
             controller_bind: "tcp://*:5558".into(),
             replica_bind: "tcp://*:5560".into(),
+            dolly_requests_bind: "tcp://*:3266".into(),
             replica_lag: Duration::from_millis(5000),
             min_insync: None,
             acks_leader: false,
@@ -302,6 +307,7 @@ impl NodeConfig {
             ("ack.bind", &mut c.ack_bind),
             ("controller.bind", &mut c.controller_bind),
             ("replica.bind", &mut c.replica_bind),
+            ("dolly.requests.bind", &mut c.dolly_requests_bind),
         ] {
             if let Some(v) = get(key) {
                 if !valid_endpoint(&v) {

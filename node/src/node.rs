@@ -70,6 +70,8 @@ pub struct Endpoints {
     pub controller: String,
     /// Replication ROUTER (issue #4).
     pub replica: String,
+    /// Dolly requests ROUTER (issue #5).
+    pub dolly_requests: String,
     /// HTTP admin (and Raft) address, `host:port`.
     pub http: String,
 }
@@ -154,12 +156,15 @@ impl Node {
         c.set_router_mandatory(true)?;
         let rep = bind(&ctx, zmq::ROUTER, &config.replica_bind)?;
         rep.set_router_mandatory(true)?;
+        let dolly = bind(&ctx, zmq::ROUTER, &config.dolly_requests_bind)?;
+        dolly.set_router_mandatory(true)?;
         let mut endpoints = Endpoints {
             writer: last_endpoint(&w)?,
             reader: last_endpoint(&r)?,
             ack: last_endpoint(&p)?,
             controller: last_endpoint(&c)?,
             replica: last_endpoint(&rep)?,
+            dolly_requests: last_endpoint(&dolly)?,
             http: String::new(),
         };
         let member =
@@ -248,6 +253,18 @@ impl Node {
             std::thread::Builder::new()
                 .name("zper-controller".into())
                 .spawn(move || crate::endpoint::controller::run(c, cnode, ccounters, cstop))
+                .map_err(|_| zmq::Error::EMFILE)?,
+        );
+        let (dnode, dhandle, dcounters, dstop) = (
+            member.node(),
+            member.handle(),
+            counters.clone(),
+            stop.clone(),
+        );
+        threads.push(
+            std::thread::Builder::new()
+                .name("zper-dolly".into())
+                .spawn(move || crate::endpoint::dolly::run(dolly, dnode, dhandle, dcounters, dstop))
                 .map_err(|_| zmq::Error::EMFILE)?,
         );
         let (rstore, rstop, every) = (store.clone(), stop.clone(), config.retention_check);

@@ -120,7 +120,7 @@ fn bad_config_value_names_the_key_and_exits_1() {
 
 #[test]
 fn no_arguments_runs_the_embedded_default_under_data_on_default_ports() {
-    for port in [5555u16, 5556, 5557, 5558, 5560, 9644] {
+    for port in [5555u16, 5556, 5557, 5558, 5560, 3266, 9644] {
         assert!(
             std::net::TcpListener::bind(("0.0.0.0", port)).is_ok(),
             "port {port} is taken: this test runs `zper` on the default ports"

@@ -3,6 +3,7 @@
 
 pub mod ack;
 pub mod controller;
+pub mod dolly;
 pub(crate) mod monitor;
 pub mod reader;
 pub mod writer;

@@ -34,6 +34,7 @@ pub fn test_config(dir: &Path) -> NodeConfig {
     c.ack_bind = "tcp://127.0.0.1:*".into();
     c.controller_bind = "tcp://127.0.0.1:*".into();
     c.replica_bind = "tcp://127.0.0.1:*".into();
+    c.dolly_requests_bind = "tcp://127.0.0.1:*".into();
     c.writer_workers = 3;
     c.reader_workers = 2;
     c.cluster.http_bind = "127.0.0.1:0".into();
@@ -234,10 +235,12 @@ impl ChildNode {
             format!(
                 "base_dir = {}\nwriter.bind = tcp://127.0.0.1:{w}\nreader.bind = tcp://127.0.0.1:{r}\n\
                  ack.bind = tcp://127.0.0.1:{a}\nhttp.bind = 127.0.0.1:{h}\n\
-                 controller.bind = tcp://127.0.0.1:{c}\nreplica.bind = tcp://127.0.0.1:{rp}\n{extra}\n",
+                 controller.bind = tcp://127.0.0.1:{c}\nreplica.bind = tcp://127.0.0.1:{rp}\n\
+                 dolly.requests.bind = tcp://127.0.0.1:{d}\n{extra}\n",
                 data_dir.display(),
                 c = free_port(),
-                rp = free_port()
+                rp = free_port(),
+                d = free_port()
             ),
         )
         .expect("write config");
