@@ -45,8 +45,6 @@ struct Waiting {
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 
 struct Link {
-    /// Store key of the fragment this link forwards to.
-    key: Arc<str>,
     socket: zmq::Socket,
     waiting: VecDeque<Waiting>,
     last_used: Instant,
@@ -137,7 +135,6 @@ impl Forwarder {
                     links.insert(
                         key.clone(),
                         Link {
-                            key: job.topic.clone(),
                             socket,
                             waiting: VecDeque::new(),
                             last_used: Instant::now(),
@@ -178,9 +175,10 @@ impl Forwarder {
         }
     }
 
-    /// A DEALER to the leader's writer whose identity is the producer's own topic and uuid
-    /// (so the leader maps it to the same fragment) with mode 2 when acks are wanted (the
-    /// leader then answers each message) or 0.
+    /// A DEALER to the leader's writer with an identity of its own (the producer may also be
+    /// connected to the leader directly; two connections with one identity would take each
+    /// other's place there) whose uuid maps to the same fragment as the producer's, with mode
+    /// 2 when acks are wanted (the leader then answers each message) or 0.
     fn connect(
         &self,
         routing_id: &[u8],
@@ -188,7 +186,19 @@ impl Forwarder {
         endpoint: &str,
     ) -> Result<zmq::Socket, String> {
         let producer = Identity::parse(routing_id).map_err(|e| e.to_string())?;
-        let identity = Identity::new(&producer.topic, if acked { 2 } else { 0 }, &producer.uuid)
+        let fragments = self.view.fragment_count(&producer.topic);
+        let wanted = super::fragment_for(&producer.uuid, fragments);
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let mut uuid = [0u8; 16];
+        uuid[..8].copy_from_slice(&self.view.me().to_be_bytes());
+        loop {
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            uuid[8..].copy_from_slice(&n.to_be_bytes());
+            if super::fragment_for(&uuid, fragments) == wanted {
+                break;
+            }
+        }
+        let identity = Identity::new(&producer.topic, if acked { 2 } else { 0 }, &uuid)
             .map_err(|e| e.to_string())?
             .to_bytes();
         let s = self.ctx.socket(zmq::DEALER).map_err(|e| e.to_string())?;
@@ -239,18 +249,16 @@ impl Forwarder {
         let _ = self.acks.send_multipart(out, 0);
     }
 
-    /// Gives up messages unanswered for [`ANSWER_TIMEOUT`] and every message waiting on a
-    /// link to a node that no longer leads its topic; their producers get 104.
+    /// Gives up messages unanswered for [`ANSWER_TIMEOUT`]; their producers get 104. (A
+    /// former leader forwards what it still gets to the new one and answers through the same
+    /// link, so a leader change alone gives nothing up. A message given up may still have
+    /// been stored: its outcome is unknown, as after any timeout.)
     fn expire(&self, links: &mut HashMap<Key, Link>) {
-        for ((leader, _), link) in links.iter_mut() {
-            let moved = self
-                .view
-                .fragment(&link.key)
-                .is_none_or(|f| f.leader != *leader);
+        for link in links.values_mut() {
             while link
                 .waiting
                 .front()
-                .is_some_and(|w| moved || w.since.elapsed() > ANSWER_TIMEOUT)
+                .is_some_and(|w| w.since.elapsed() > ANSWER_TIMEOUT)
             {
                 if let Some(w) = link.waiting.pop_front() {
                     self.answer(w, None);

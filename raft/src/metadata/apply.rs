@@ -8,8 +8,9 @@ use crate::NodeId;
 
 /// Default retention when a topic is created without one, hours.
 pub const DEFAULT_RETAIN_HOURS: u32 = 168;
-/// Most fragments per topic.
-pub const MAX_FRAGMENTS: u32 = 1024;
+/// Most fragments per topic: a reader names its fragment with the identity's mode byte (issue
+/// #4), so 256.
+pub const MAX_FRAGMENTS: u32 = 256;
 
 impl Metadata {
     /// Applies one command. A refused command leaves the state unchanged. (A Dolly Put
