@@ -753,6 +753,18 @@ fn a_leader_left_alone_stops_acknowledging_and_says_so() {
         ],
         "a refusal, not an acknowledgement or silence"
     );
+    // A new topic cannot be created without a quorum: 105, not silence.
+    let s = client(&c.ctx, zmq::REQ, &identity("brandnew", 2), &writer);
+    s.set_rcvtimeo(15_000).expect("rcvtimeo");
+    s.send_multipart([&8u32.to_be_bytes()[..], b"x"], 0)
+        .expect("send");
+    assert_eq!(
+        s.recv_multipart(0).expect("a reply"),
+        vec![
+            8u32.to_be_bytes().to_vec(),
+            vec![zper_wire::WRITER_UNAVAILABLE]
+        ]
+    );
     // What was acknowledged is still served by its reader.
     let r = client(
         &c.ctx,
