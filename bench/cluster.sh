@@ -1,6 +1,7 @@
 # Sourced by the cluster benchmarks: builds the release binary and defines a three-node
 # loopback cluster whose ports start at $PORT_BASE (node i: writer PORT_BASE+10i+1, reader +2,
-# ack +3, controller +4, replica +5; HTTP admin PORT_BASE+643+i). Extra config lines for every
+# ack +3, controller +4, replica +5, Dolly requests +6, updates +7, snapshots +8; HTTP admin
+# PORT_BASE+643+i). Extra config lines for every
 # node come from $EXTRA_CONF. Provides: $Z (the binary), $dir (scratch, removed on exit),
 # admin N, writer N, start N, pids, wait_ready; every node is killed on exit.
 cd "$(dirname "$0")/.."
@@ -28,6 +29,8 @@ ack.bind = tcp://127.0.0.1:$((b + 3))
 controller.bind = tcp://127.0.0.1:$((b + 4))
 replica.bind = tcp://127.0.0.1:$((b + 5))
 dolly.requests.bind = tcp://127.0.0.1:$((b + 6))
+dolly.updates.bind = tcp://127.0.0.1:$((b + 7))
+dolly.snapshots.bind = tcp://127.0.0.1:$((b + 8))
 http.bind = $(admin $i)
 controller.quorum.1 = $(admin 1)
 controller.quorum.2 = $(admin 2)

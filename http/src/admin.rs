@@ -50,10 +50,10 @@ fn now_ms() -> u64 {
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct ReadMode {
     #[serde(default)]
-    consistent: bool,
+    pub(crate) consistent: bool,
 }
 
-async fn read_check(node: &ClusterNode, mode: &ReadMode) -> Result<(), ApiError> {
+pub(crate) async fn read_check(node: &ClusterNode, mode: &ReadMode) -> Result<(), ApiError> {
     use openraft::error::{CheckIsLeaderError, RaftError};
     if mode.consistent {
         node.raft.ensure_linearizable().await.map_err(|e| {

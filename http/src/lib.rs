@@ -6,6 +6,7 @@
 mod admin;
 mod auth;
 mod error;
+mod kv;
 pub mod metrics;
 mod raft_rpc;
 
@@ -41,6 +42,9 @@ pub struct AdminOptions {
     pub admin_token: Option<String>,
     /// The local segment store, for per-fragment offsets in topic views.
     pub logs: Option<std::sync::Arc<dyn LocalLogs>>,
+    /// How long `PUT /v1/kv/{key}` waits to commit before cancelling (None: 2 s, as the
+    /// node's `dolly.put_timeout_ms` default).
+    pub dolly_put_timeout: Option<std::time::Duration>,
 }
 
 /// The router of a node's HTTP server, with `/metrics` serving only the Raft gauges.
@@ -77,7 +81,13 @@ pub fn router_with(node: ClusterNode, options: AdminOptions) -> Router {
     let token = auth::Token(options.admin_token.clone().map(std::sync::Arc::from));
     raft_rpc::routes()
         .merge(admin::routes())
+        .merge(kv::routes())
         .layer(axum::Extension(admin::Logs(options.logs.clone())))
+        .layer(axum::Extension(kv::PutTimeout(
+            options
+                .dolly_put_timeout
+                .unwrap_or(std::time::Duration::from_secs(2)),
+        )))
         .with_state(node)
         .merge(metrics)
         .fallback(|| async {

@@ -75,8 +75,9 @@ impl Member {
             controller: advertise(&zmq.controller, &host),
             replica: advertise(&zmq.replica, &host),
             dolly_requests: advertise(&zmq.dolly_requests, &host),
+            dolly_updates: advertise(&zmq.dolly_updates, &host),
+            dolly_snapshots: advertise(&zmq.dolly_snapshots, &host),
             http: http.clone(),
-            ..Default::default()
         };
         // The voters list this node's own address: it must be the one it advertises, or its
         // registration would be refused as a duplicate id (and peers could not reach it).
@@ -165,6 +166,7 @@ impl Member {
                         registry,
                         admin_token: c.admin_token.clone(),
                         logs: Some(std::sync::Arc::new(StoreLogs(store))),
+                        dolly_put_timeout: Some(config.dolly_put_timeout),
                     },
                 ),
             )

@@ -23,6 +23,14 @@ pub enum ConfigError {
         /// What went wrong.
         message: String,
     },
+    /// Dolly's `peers.json` (key `dolly.peers`) is unreadable or invalid (`dolly.md` §2).
+    #[error("dolly.peers {path}: {message}")]
+    DollyPeers {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
     /// A value that does not parse or is out of range.
     #[error("config key `{key}`: invalid value {value:?}: {expected}")]
     Value {
@@ -60,6 +68,15 @@ pub struct NodeConfig {
     /// Dolly requests ROUTER endpoint (`dolly.requests.bind`, default `tcp://*:3266`, the
     /// requests port of Dolly's fixture; issue #5).
     pub dolly_requests_bind: String,
+    /// Dolly updates PUB endpoint, bound only while this node is the Raft (and so Dolly)
+    /// leader (`dolly.updates.bind`, default `tcp://*:3264`; `dolly.md` §3).
+    pub dolly_updates_bind: String,
+    /// Dolly snapshots ROUTER endpoint, bound only while leading (`dolly.snapshots.bind`,
+    /// default `tcp://*:3265`).
+    pub dolly_snapshots_bind: String,
+    /// How long a Dolly Put may take to commit before it is cancelled and answered with an
+    /// `Error` (`dolly.put_timeout_ms`, default 2000: the Dolly client's `-t 2s`).
+    pub dolly_put_timeout: Duration,
     /// A replica not caught up with its leader for this long leaves the ISR
     /// (`replica.lag_ms`, default 5000).
     pub replica_lag: Duration,
@@ -155,6 +172,11 @@ const KNOWN: &[&str] = &[
     "controller.bind",
     "replica.bind",
     "dolly.requests.bind",
+    "dolly.updates.bind",
+    "dolly.snapshots.bind",
+    "dolly.put_timeout_ms",
+    "dolly.peers",
+    "dolly.name",
     "replica.lag_ms",
     "min_insync",
     "acks",
@@ -193,6 +215,9 @@ impl Default for NodeConfig {
             controller_bind: "tcp://*:5558".into(),
             replica_bind: "tcp://*:5560".into(),
             dolly_requests_bind: "tcp://*:3266".into(),
+            dolly_updates_bind: "tcp://*:3264".into(),
+            dolly_snapshots_bind: "tcp://*:3265".into(),
+            dolly_put_timeout: Duration::from_millis(2000),
             replica_lag: Duration::from_millis(5000),
             min_insync: None,
             acks_leader: false,
@@ -301,6 +326,18 @@ impl NodeConfig {
         c.io_threads = capped(map, "io_threads", 1, MAX_IO_THREADS)? as i32;
         c.writer_workers = capped(map, "writer.workers", 5, MAX_WORKERS)? as usize;
         c.reader_workers = capped(map, "reader.workers", 5, MAX_WORKERS)? as usize;
+        c.cluster = cluster_settings(map)?;
+        // peers.json (Dolly's own config, `dolly.md` §2) gives this node's Dolly ports; the
+        // dolly.*.bind keys, when present, win.
+        if let Some(path) = get("dolly.peers") {
+            let peers = crate::dolly_peers::load(Path::new(&path))?;
+            let me = crate::dolly_peers::local(&peers, get("dolly.name"), c.cluster.node_id)?;
+            c.dolly_requests_bind = format!("tcp://*:{}", me.requests);
+            c.dolly_updates_bind = format!("tcp://*:{}", me.updates);
+            c.dolly_snapshots_bind = format!("tcp://*:{}", me.snapshots);
+        } else if let Some(name) = get("dolly.name") {
+            return Err(bad("dolly.name", &name, "used only with dolly.peers"));
+        }
         for (key, field) in [
             ("writer.bind", &mut c.writer_bind),
             ("reader.bind", &mut c.reader_bind),
@@ -308,6 +345,8 @@ impl NodeConfig {
             ("controller.bind", &mut c.controller_bind),
             ("replica.bind", &mut c.replica_bind),
             ("dolly.requests.bind", &mut c.dolly_requests_bind),
+            ("dolly.updates.bind", &mut c.dolly_updates_bind),
+            ("dolly.snapshots.bind", &mut c.dolly_snapshots_bind),
         ] {
             if let Some(v) = get(key) {
                 if !valid_endpoint(&v) {
@@ -329,7 +368,7 @@ impl NodeConfig {
         if map.contains_key("min_insync") {
             c.min_insync = Some(num(map, "min_insync", 1, 1)?);
         }
-        c.cluster = cluster_settings(map)?;
+        c.dolly_put_timeout = Duration::from_millis(num(map, "dolly.put_timeout_ms", 2000, 10)?);
         let mut unknown: Vec<String> = map
             .keys()
             .filter(|k| {

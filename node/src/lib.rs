@@ -5,6 +5,7 @@
 pub mod cli;
 mod cluster;
 pub mod config;
+pub mod dolly_peers;
 pub mod endpoint;
 pub mod metrics;
 pub mod node;

@@ -29,6 +29,9 @@ fn main() {
         Some(Command::Perf(p)) => Targets::from_config(config).and_then(|t| perf::run(p, &t)),
         Some(Command::Topics { command, target }) => Targets::from_config(config)
             .and_then(|t| zper::cli::admin::topics(command, &target, &t)),
+        Some(Command::Dolly { command, target }) => {
+            Targets::from_config(config).and_then(|t| zper::cli::dolly::run(command, &target, &t))
+        }
         Some(Command::Cluster { command, target }) => Targets::from_config(config)
             .and_then(|t| zper::cli::admin::cluster(command, &target, &t)),
     };

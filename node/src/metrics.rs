@@ -65,6 +65,8 @@ pub struct Counters {
     pub flush_seconds: prometheus::Histogram,
     /// Open connections per endpoint, in [`ENDPOINTS`] order (accepted minus disconnected).
     pub connections: [AtomicI64; 4],
+    /// Dolly endpoint events (`zper_dolly_events_total{event}`).
+    pub dolly: DollyCounters,
     topics: RwLock<BTreeMap<String, std::sync::Arc<TopicCounters>>>,
 }
 
@@ -97,8 +99,49 @@ impl Default for Counters {
             flushes: AtomicU64::new(0),
             flush_seconds,
             connections: Default::default(),
+            dolly: DollyCounters::default(),
             topics: RwLock::new(BTreeMap::new()),
         }
+    }
+}
+
+/// Dolly endpoint events (issue #5), exported as `zper_dolly_events_total{event}`.
+#[derive(Debug, Default)]
+pub struct DollyCounters {
+    /// Puts answered with their sequence.
+    pub put_ok: AtomicU64,
+    /// Puts answered `Error`: cancelled before they committed (never applied).
+    pub put_cancelled: AtomicU64,
+    /// Puts left unanswered: neither they nor their cancel committed (no quorum).
+    pub put_unsettled: AtomicU64,
+    /// Gets that found the key.
+    pub get_hit: AtomicU64,
+    /// Gets answered "key not found".
+    pub get_miss: AtomicU64,
+    /// Malformed or misdirected requests answered `Error` (requests or snapshots port).
+    pub bad_request: AtomicU64,
+    /// Updates published on the leader's PUB.
+    pub update_published: AtomicU64,
+    /// Updates the publisher fell too far behind to publish (observers must re-snapshot).
+    pub update_lagged: AtomicU64,
+    /// Snapshots served on the leader's snapshots ROUTER.
+    pub snapshot_served: AtomicU64,
+}
+
+impl DollyCounters {
+    /// (event label, counter) pairs.
+    pub fn events(&self) -> [(&'static str, &AtomicU64); 9] {
+        [
+            ("put_ok", &self.put_ok),
+            ("put_cancelled", &self.put_cancelled),
+            ("put_unsettled", &self.put_unsettled),
+            ("get_hit", &self.get_hit),
+            ("get_miss", &self.get_miss),
+            ("bad_request", &self.bad_request),
+            ("update_published", &self.update_published),
+            ("update_lagged", &self.update_lagged),
+            ("snapshot_served", &self.snapshot_served),
+        ]
     }
 }
 
@@ -156,6 +199,7 @@ pub struct CountersCollector {
     topic_messages_fetched: IntCounterVec,
     topic_bytes_fetched: IntCounterVec,
     connections: IntGaugeVec,
+    dolly: IntCounterVec,
 }
 
 /// Moves a Prometheus counter up to `value` (counters only increase).
@@ -233,6 +277,13 @@ impl CountersCollector {
                 ),
                 &["endpoint"],
             )?,
+            dolly: IntCounterVec::new(
+                Opts::new(
+                    "zper_dolly_events_total",
+                    "Dolly requests, updates and snapshots, by event.",
+                ),
+                &["event"],
+            )?,
         })
     }
 
@@ -269,6 +320,7 @@ impl Collector for CountersCollector {
         d.extend(self.rejected.desc());
         d.extend(self.per_topic_vecs().into_iter().flat_map(|v| v.desc()));
         d.extend(self.connections.desc());
+        d.extend(self.dolly.desc());
         d.extend(self.counters.flush_seconds.desc());
         d
     }
@@ -292,6 +344,12 @@ impl Collector for CountersCollector {
             ] {
                 catch_up(&vec.with_label_values(&[&topic]), Counters::get(value));
             }
+        }
+        for (event, value) in k.dolly.events() {
+            catch_up(
+                &self.dolly.with_label_values(&[event]),
+                Counters::get(value),
+            );
         }
         for (endpoint, open) in ENDPOINTS.iter().zip(&k.connections) {
             self.connections
@@ -320,6 +378,7 @@ impl Collector for CountersCollector {
         out.extend(self.rejected.collect());
         out.extend(self.per_topic_vecs().into_iter().flat_map(|v| v.collect()));
         out.extend(self.connections.collect());
+        out.extend(self.dolly.collect());
         out.extend(self.counters.flush_seconds.collect());
         out
     }

@@ -72,6 +72,10 @@ pub struct Endpoints {
     pub replica: String,
     /// Dolly requests ROUTER (issue #5).
     pub dolly_requests: String,
+    /// Dolly updates PUB, bound while this node leads (the port is resolved at start).
+    pub dolly_updates: String,
+    /// Dolly snapshots ROUTER, bound while this node leads.
+    pub dolly_snapshots: String,
     /// HTTP admin (and Raft) address, `host:port`.
     pub http: String,
 }
@@ -158,6 +162,11 @@ impl Node {
         rep.set_router_mandatory(true)?;
         let dolly = bind(&ctx, zmq::ROUTER, &config.dolly_requests_bind)?;
         dolly.set_router_mandatory(true)?;
+        // The leader-only endpoints: bound once here to check them and resolve `*`/0 ports,
+        // then released until this node leads.
+        let dolly_updates = last_endpoint(&bind(&ctx, zmq::PUB, &config.dolly_updates_bind)?)?;
+        let dolly_snapshots =
+            last_endpoint(&bind(&ctx, zmq::ROUTER, &config.dolly_snapshots_bind)?)?;
         let mut endpoints = Endpoints {
             writer: last_endpoint(&w)?,
             reader: last_endpoint(&r)?,
@@ -165,6 +174,8 @@ impl Node {
             controller: last_endpoint(&c)?,
             replica: last_endpoint(&rep)?,
             dolly_requests: last_endpoint(&dolly)?,
+            dolly_updates,
+            dolly_snapshots,
             http: String::new(),
         };
         let member =
@@ -261,10 +272,30 @@ impl Node {
             counters.clone(),
             stop.clone(),
         );
+        let dolly_ctx = crate::endpoint::dolly::Shared {
+            cluster: dnode,
+            runtime: dhandle,
+            counters: dcounters,
+            put_timeout: config.dolly_put_timeout,
+        };
         threads.push(
             std::thread::Builder::new()
                 .name("zper-dolly".into())
-                .spawn(move || crate::endpoint::dolly::run(dolly, dnode, dhandle, dcounters, dstop))
+                .spawn(move || crate::endpoint::dolly::run(dolly, dolly_ctx, dstop))
+                .map_err(|_| zmq::Error::EMFILE)?,
+        );
+        let binds = crate::endpoint::dolly_leader::Binds {
+            updates: endpoints.dolly_updates.clone(),
+            snapshots: endpoints.dolly_snapshots.clone(),
+        };
+        let (lctx, lnode, lcounters, lstop) =
+            (ctx.clone(), member.node(), counters.clone(), stop.clone());
+        threads.push(
+            std::thread::Builder::new()
+                .name("zper-dolly-leader".into())
+                .spawn(move || {
+                    crate::endpoint::dolly_leader::run(lctx, binds, lnode, lcounters, lstop)
+                })
                 .map_err(|_| zmq::Error::EMFILE)?,
         );
         let (rstore, rstop, every) = (store.clone(), stop.clone(), config.retention_check);

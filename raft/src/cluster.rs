@@ -271,6 +271,17 @@ impl ClusterNode {
                 return Ok(Err(refused));
             }
         }
+        if let Command::DollyPut {
+            request: Some(_),
+            deadline_ms,
+            ..
+        } = &command
+        {
+            // Its client has been answered (or is about to be) with an error: never log it.
+            if crate::dolly::now_ms() > *deadline_ms {
+                return Ok(Err(MetadataError::DollyPutExpired));
+            }
+        }
         let started = std::time::Instant::now();
         let written = tokio::time::timeout(WRITE_TIMEOUT, self.raft.client_write(command))
             .await

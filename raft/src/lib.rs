@@ -13,6 +13,7 @@
 
 pub mod cluster;
 pub mod controller;
+pub mod dolly;
 pub mod log_store;
 pub mod metadata;
 pub mod network;
@@ -21,7 +22,7 @@ mod types;
 
 pub use cluster::{ClusterConfig, ClusterError, ClusterNode, ProposalStats};
 pub use log_store::LogStore;
-pub use state_machine::StateMachineStore;
+pub use state_machine::{DollyUpdate, StateMachineStore};
 pub use types::{valid_http_address, NodeEndpoints, NodeId, TypeConfig};
 
 /// Opens (creating if needed) the RocksDB database of a node's Raft state under `dir` and

@@ -39,12 +39,27 @@ struct StoredSnapshot {
     data: Vec<u8>,
 }
 
+/// One applied Dolly Put, as the leader publishes it (`dolly.md` §5.1: the stored record).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DollyUpdate {
+    /// The sequence the Put got (its Raft index).
+    pub sequence: u64,
+    /// Key.
+    pub key: Vec<u8>,
+    /// Value.
+    pub value: Vec<u8>,
+}
+
+/// Applied Dolly Puts kept for a slow subscriber of [`StateMachineStore::dolly_updates`].
+pub const DOLLY_FEED_CAPACITY: usize = 65_536;
+
 /// The metadata state machine of one node (cheap to clone: shares its state and database).
 #[derive(Debug, Clone)]
 pub struct StateMachineStore {
     db: Arc<DB>,
     state: Arc<RwLock<AppliedState>>,
     snapshots: Arc<AtomicU64>,
+    dolly_feed: tokio::sync::broadcast::Sender<DollyUpdate>,
 }
 
 fn sm_error(verb: ErrorVerb, e: impl std::fmt::Display) -> StorageError<NodeId> {
@@ -63,6 +78,7 @@ impl StateMachineStore {
             db,
             state: Arc::new(RwLock::new(AppliedState::default())),
             snapshots: Arc::new(AtomicU64::new(0)),
+            dolly_feed: tokio::sync::broadcast::channel(DOLLY_FEED_CAPACITY).0,
         };
         if let Some(stored) = sm.read_snapshot()? {
             let state: AppliedState =
@@ -89,6 +105,30 @@ impl StateMachineStore {
     /// Runs `f` over the current metadata under the read lock (no copy).
     pub fn with_metadata<R>(&self, f: impl FnOnce(&Metadata) -> R) -> Option<R> {
         self.state.read().ok().map(|s| f(&s.metadata))
+    }
+
+    /// Every Dolly Put applied from now on, in log order (the leader's updates PUB, `dolly.md`
+    /// §5.4). A receiver more than [`DOLLY_FEED_CAPACITY`] updates behind gets `Lagged`.
+    pub fn dolly_updates(&self) -> tokio::sync::broadcast::Receiver<DollyUpdate> {
+        self.dolly_feed.subscribe()
+    }
+
+    /// The Dolly map and its sequence, read together under one lock (a snapshot in the sense
+    /// of `dolly.md` §5.4: every update with a higher sequence comes after it).
+    pub fn dolly_snapshot(&self) -> (Vec<DollyUpdate>, u64) {
+        self.with_metadata(|m| {
+            let records = m
+                .dolly
+                .iter()
+                .map(|(k, r)| DollyUpdate {
+                    sequence: r.sequence,
+                    key: k.clone(),
+                    value: r.value.clone(),
+                })
+                .collect();
+            (records, m.dolly_sequence)
+        })
+        .unwrap_or_default()
     }
 
     /// A copy of the current metadata.
@@ -181,7 +221,19 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             out.push(match entry.payload {
                 EntryPayload::Blank => Ok(Applied::Done),
                 EntryPayload::Normal(ref command) => {
-                    state.metadata.apply_at(command, entry.log_id.index)
+                    let before = state.metadata.dolly_sequence;
+                    let result = state.metadata.apply_at(command, entry.log_id.index);
+                    if state.metadata.dolly_sequence != before {
+                        if let crate::metadata::Command::DollyPut { key, value, .. } = command {
+                            // No receiver (not the leader) is not an error.
+                            let _ = self.dolly_feed.send(DollyUpdate {
+                                sequence: state.metadata.dolly_sequence,
+                                key: key.clone(),
+                                value: value.clone(),
+                            });
+                        }
+                    }
+                    result
                 }
                 EntryPayload::Membership(ref m) => {
                     state.membership = StoredMembership::new(Some(entry.log_id), m.clone());

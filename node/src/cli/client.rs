@@ -40,6 +40,8 @@ pub struct Targets {
     pub admin: String,
     /// The config's `http.admin_token`, sent by the admin commands.
     pub admin_token: Option<String>,
+    /// Dolly requests endpoint.
+    pub dolly: String,
 }
 
 impl Targets {
@@ -51,6 +53,7 @@ impl Targets {
                 reader: "tcp://127.0.0.1:5556".into(),
                 admin: "127.0.0.1:9644".into(),
                 admin_token: None,
+                dolly: "tcp://127.0.0.1:3266".into(),
             }),
             Some(path) => {
                 let c = crate::NodeConfig::from_file(path)?;
@@ -63,6 +66,7 @@ impl Targets {
                         .clone()
                         .unwrap_or_else(|| c.cluster.http_bind.replace("0.0.0.0:", "127.0.0.1:")),
                     admin_token: c.cluster.admin_token.clone(),
+                    dolly: connectable(&c.dolly_requests_bind),
                 })
             }
         }

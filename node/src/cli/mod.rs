@@ -4,6 +4,7 @@
 pub mod admin;
 pub mod client;
 pub mod consume;
+pub mod dolly;
 pub mod perf;
 pub mod perf_metadata;
 pub mod produce;
@@ -44,6 +45,15 @@ pub enum Command {
         /// Admin address and output format.
         #[command(flatten)]
         target: admin::AdminTarget,
+    },
+    /// Dolly's key/value map over Dolly's protocol: get KEY..., put KEY VALUE.
+    Dolly {
+        /// What to do.
+        #[command(subcommand)]
+        command: dolly::DollyCommand,
+        /// Which node, and the reply timeout.
+        #[command(flatten)]
+        target: dolly::DollyTarget,
     },
     /// The cluster through the HTTP admin API: status, add-node, remove-node.
     Cluster {

@@ -33,6 +33,10 @@ pub enum PerfCommand {
     /// Raft metadata commits/s and latency through the HTTP admin API (create/delete topics);
     /// with --retry-ms, the time to the first commit (run right after killing the leader).
     Metadata(super::perf_metadata::MetadataArgs),
+    /// Dolly Puts/s and latency: pipelined Puts from many DEALERs over one or more nodes.
+    DollyPut(super::dolly::DollyPerfArgs),
+    /// Dolly Gets/s and latency (of keys an earlier dolly-put wrote).
+    DollyGet(super::dolly::DollyPerfArgs),
 }
 
 /// Options of `zper perf produce` (names as ProducerPerformance, §10.2).
@@ -112,6 +116,8 @@ pub fn run(cmd: PerfCommand, targets: &Targets) -> Result<()> {
         PerfCommand::Raw(a) => raw(a),
         PerfCommand::Fsync(a) => fsync(a),
         PerfCommand::Metadata(a) => super::perf_metadata::run(a, targets),
+        PerfCommand::DollyPut(a) => super::dolly::perf(a, zper_wire::dolly::Method::Put, targets),
+        PerfCommand::DollyGet(a) => super::dolly::perf(a, zper_wire::dolly::Method::Get, targets),
     }
 }
 

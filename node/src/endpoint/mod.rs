@@ -4,6 +4,7 @@
 pub mod ack;
 pub mod controller;
 pub mod dolly;
+pub(crate) mod dolly_leader;
 pub(crate) mod monitor;
 pub mod reader;
 pub mod writer;

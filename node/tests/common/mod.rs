@@ -35,6 +35,8 @@ pub fn test_config(dir: &Path) -> NodeConfig {
     c.controller_bind = "tcp://127.0.0.1:*".into();
     c.replica_bind = "tcp://127.0.0.1:*".into();
     c.dolly_requests_bind = "tcp://127.0.0.1:*".into();
+    c.dolly_updates_bind = "tcp://127.0.0.1:*".into();
+    c.dolly_snapshots_bind = "tcp://127.0.0.1:*".into();
     c.writer_workers = 3;
     c.reader_workers = 2;
     c.cluster.http_bind = "127.0.0.1:0".into();
@@ -230,17 +232,28 @@ impl ChildNode {
     pub fn start_on_with_args(data_dir: &Path, h: u16, extra: &str, args: &[&str]) -> ChildNode {
         let (w, r, a) = (free_port(), free_port(), free_port());
         let config = data_dir.with_extension("properties");
+        // With a peers.json (`dolly.peers`) the Dolly ports come from it.
+        let dolly = if extra.contains("dolly.peers") {
+            String::new()
+        } else {
+            format!(
+                "dolly.requests.bind = tcp://127.0.0.1:{}\ndolly.updates.bind = tcp://127.0.0.1:{}\n\
+                 dolly.snapshots.bind = tcp://127.0.0.1:{}\n",
+                free_port(),
+                free_port(),
+                free_port()
+            )
+        };
         std::fs::write(
             &config,
             format!(
                 "base_dir = {}\nwriter.bind = tcp://127.0.0.1:{w}\nreader.bind = tcp://127.0.0.1:{r}\n\
                  ack.bind = tcp://127.0.0.1:{a}\nhttp.bind = 127.0.0.1:{h}\n\
                  controller.bind = tcp://127.0.0.1:{c}\nreplica.bind = tcp://127.0.0.1:{rp}\n\
-                 dolly.requests.bind = tcp://127.0.0.1:{d}\n{extra}\n",
+                 {dolly}{extra}\n",
                 data_dir.display(),
                 c = free_port(),
                 rp = free_port(),
-                d = free_port()
             ),
         )
         .expect("write config");

@@ -78,12 +78,66 @@ pub struct Metadata {
     pub topics: BTreeMap<String, TopicRecord>,
     /// The node whose Dolly endpoints serve updates and snapshots.
     pub dolly_leader: Option<NodeId>,
-    /// Dolly's key/value map (issue #5): key -> the record of its last Put.
-    #[serde(default)]
+    /// Dolly's key/value map (issue #5): key -> the record of its last Put. (Serialized as a
+    /// list of `[key, record]` pairs: JSON map keys must be strings, Dolly keys are bytes.)
+    #[serde(default, with = "entries")]
     pub dolly: BTreeMap<Vec<u8>, DollyRecord>,
     /// Sequence of the newest Dolly Put (the Raft index that applied it; 0 before any).
     #[serde(default)]
     pub dolly_sequence: u64,
+    /// Outcomes of recent Dolly Puts that carry a request id, by origin node then serial: a
+    /// retried Put applies once, and a cancelled one never applies (see
+    /// [`Command::DollyCancel`]). Entries are dropped [`DOLLY_REQUEST_RETAIN_MS`] after their
+    /// deadline, measured by the clocks carried in later Dolly commands.
+    #[serde(default)]
+    pub dolly_requests: BTreeMap<NodeId, BTreeMap<u64, DollyOutcome>>,
+}
+
+/// How long a Dolly request's outcome is kept after its deadline, ms: longer than any clock
+/// skew between the proposer and the Raft leader (which refuses a Put past its deadline).
+pub const DOLLY_REQUEST_RETAIN_MS: u64 = 60_000;
+
+/// Names one Dolly Put attempt across retries and forwards: the node that took it from the
+/// client and that node's serial for it (unique per node incarnation: it starts from the boot
+/// time in microseconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct DollyRequest {
+    /// The node that proposed it.
+    pub origin: NodeId,
+    /// That node's serial for it.
+    pub serial: u64,
+}
+
+/// What became of one Dolly request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DollyOutcome {
+    /// The Put's deadline, ms since the epoch (the proposer's clock).
+    pub deadline_ms: u64,
+    /// `Some(sequence)`: applied with that sequence; `None`: cancelled, never to apply.
+    pub sequence: Option<u64>,
+}
+
+/// Serde for a map with non-string keys as a list of `[key, value]` pairs.
+mod entries {
+    use std::collections::BTreeMap;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<K: Serialize, V: Serialize, S: Serializer>(
+        map: &BTreeMap<K, V>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        s.collect_seq(map.iter())
+    }
+
+    pub fn deserialize<'de, K, V, D>(d: D) -> Result<BTreeMap<K, V>, D::Error>
+    where
+        K: Deserialize<'de> + Ord,
+        V: Deserialize<'de>,
+        D: Deserializer<'de>,
+    {
+        Ok(Vec::<(K, V)>::deserialize(d)?.into_iter().collect())
+    }
 }
 
 /// The last Put of one Dolly key (`dolly.md` §4: a stored record is that Put message).
@@ -161,12 +215,30 @@ pub enum Command {
         id: NodeId,
     },
     /// A Dolly Put (issue #5): `key` takes `value`, with the applying entry's Raft index as
-    /// its sequence.
+    /// its sequence. With a `request` id it applies at most once (a repeat answers the first
+    /// sequence) and never after a [`Command::DollyCancel`] of that id; the Raft leader refuses
+    /// to propose it once `deadline_ms` has passed on its clock.
     DollyPut {
         /// Key (raw bytes).
         key: Vec<u8>,
         /// Value (raw bytes).
         value: Vec<u8>,
+        /// The attempt's id (none: a plain, unguarded Put).
+        #[serde(default)]
+        request: Option<DollyRequest>,
+        /// Until when the client waits, ms since the epoch (0: no deadline).
+        #[serde(default)]
+        deadline_ms: u64,
+    },
+    /// Gives up a Dolly Put whose reply timed out: if the Put was applied before this entry
+    /// the result is its sequence ([`Applied::DollyPut`]), else [`Applied::DollyCancelled`]
+    /// and the Put never applies later (`dolly.md` §9 W2: a timed-out write must be neither
+    /// lost after a success reply nor applied after an error reply).
+    DollyCancel {
+        /// The Put's id.
+        request: DollyRequest,
+        /// The proposer's clock, ms.
+        now_ms: u64,
     },
     /// The fragment's leader changes its in-sync replica set (issue #4): a replica that fell
     /// behind for `replica.lag_ms` leaves, one that caught up rejoins. Applied only in the
@@ -197,6 +269,8 @@ pub enum Applied {
         /// The sequence (Raft log index).
         sequence: u64,
     },
+    /// A Dolly Put was cancelled before it applied; it never will.
+    DollyCancelled,
 }
 
 /// Why a command was refused; the state is unchanged.
@@ -246,6 +320,12 @@ pub enum MetadataError {
         /// The command's epoch.
         given: u64,
     },
+    /// A Dolly Put arrived at the Raft leader after its deadline (it was not proposed).
+    #[error("dolly put arrived after its deadline")]
+    DollyPutExpired,
+    /// A Dolly Put whose request was cancelled (its client got an error reply).
+    #[error("dolly put was cancelled after its deadline")]
+    DollyPutCancelled,
     /// A count out of range.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
