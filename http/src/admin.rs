@@ -161,7 +161,7 @@ async fn brokers(
     Query(mode): Query<ReadMode>,
 ) -> Result<Json<Vec<Broker>>, ApiError> {
     read_check(&node, &mode).await?;
-    let meta = node.state.metadata();
+    let meta = node.state.cluster_metadata();
     let now = now_ms();
     Ok(Json(
         meta.nodes
@@ -239,7 +239,7 @@ async fn topics(
     read_check(&node, &mode).await?;
     Ok(Json(
         node.state
-            .metadata()
+            .cluster_metadata()
             .topics
             .into_iter()
             .map(|(name, topic)| TopicView::new(name, topic, &logs))
@@ -254,7 +254,7 @@ async fn topic(
     Query(mode): Query<ReadMode>,
 ) -> Result<Json<TopicView>, ApiError> {
     read_check(&node, &mode).await?;
-    match node.state.metadata().topics.remove(&name) {
+    match node.state.cluster_metadata().topics.remove(&name) {
         Some(topic) => Ok(Json(TopicView::new(name, topic, &logs))),
         None => Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -409,7 +409,7 @@ struct Health {
 /// a live node; otherwise 503 with the list of what is wrong.
 async fn health(State(node): State<ClusterNode>) -> (StatusCode, Json<Health>) {
     let now = now_ms();
-    let meta = node.state.metadata();
+    let meta = node.state.cluster_metadata();
     let mut problems = Vec::new();
     if node.leader().is_none() {
         problems.push("no Raft leader".to_owned());

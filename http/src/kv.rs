@@ -6,7 +6,8 @@
 //! - `PUT /v1/kv/{key}` with the raw value as body → 200 `{"key", "sequence"}` once committed
 //!   through Raft (the sequence is the Raft index, as for a Dolly Put). A Put that cannot
 //!   commit in time is cancelled through the log and answered 503 `put_not_applied` (it never
-//!   applies); 504 `put_outcome_unknown` when not even the cancel could commit (no quorum).
+//!   applies); 504 `put_outcome_unknown` when not even the cancel could commit (no quorum);
+//!   413 `too_large` for a key over 4 KiB or a value over 1 MiB.
 //!
 //! Keys in the path are percent-decoded and must be UTF-8 (Dolly keys may be any bytes: use the
 //! Dolly protocol or `zper dolly` for those).
@@ -94,6 +95,11 @@ async fn put_key(
         .await
     {
         Ok(sequence) => Ok(Json(Put { key, sequence })),
+        Err(e @ DollyPutError::TooLarge { .. }) => Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            e.to_string(),
+        )),
         Err(e @ DollyPutError::NotApplied { .. }) => Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "put_not_applied",

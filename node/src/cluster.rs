@@ -302,7 +302,7 @@ async fn supervise(node: ClusterNode, lease: Duration) {
             continue;
         }
         let since = *leading_since.get_or_insert_with(tokio::time::Instant::now);
-        let meta = node.state.metadata();
+        let meta = node.state.cluster_metadata();
         if meta.dolly_leader != Some(id) && meta.nodes.contains_key(&id) {
             let _ = node.propose(Command::SetDollyLeader { id }).await;
         }

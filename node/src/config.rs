@@ -39,7 +39,7 @@ pub enum ConfigError {
         /// The value as written.
         value: String,
         /// What is expected.
-        expected: &'static str,
+        expected: std::borrow::Cow<'static, str>,
     },
 }
 
@@ -330,8 +330,20 @@ impl NodeConfig {
         // peers.json (Dolly's own config, `dolly.md` §2) gives this node's Dolly ports; the
         // dolly.*.bind keys, when present, win.
         if let Some(path) = get("dolly.peers") {
-            let peers = crate::dolly_peers::load(Path::new(&path))?;
-            let me = crate::dolly_peers::local(&peers, get("dolly.name"), c.cluster.node_id)?;
+            let path = Path::new(&path);
+            let peers = crate::dolly_peers::load(path)?;
+            let explicit = |k: &str| map.contains_key(k);
+            let me = crate::dolly_peers::local(
+                path,
+                &peers,
+                get("dolly.name"),
+                c.cluster.node_id,
+                [
+                    !explicit("dolly.requests.bind"),
+                    !explicit("dolly.updates.bind"),
+                    !explicit("dolly.snapshots.bind"),
+                ],
+            )?;
             c.dolly_requests_bind = format!("tcp://*:{}", me.requests);
             c.dolly_updates_bind = format!("tcp://*:{}", me.updates);
             c.dolly_snapshots_bind = format!("tcp://*:{}", me.snapshots);
@@ -440,11 +452,11 @@ fn cluster_settings(map: &HashMap<String, String>) -> Result<ClusterSettings, Co
     Ok(c)
 }
 
-fn bad(key: &str, value: &str, expected: &'static str) -> ConfigError {
+fn bad(key: &str, value: &str, expected: impl Into<std::borrow::Cow<'static, str>>) -> ConfigError {
     ConfigError::Value {
         key: key.to_owned(),
         value: value.to_owned(),
-        expected,
+        expected: expected.into(),
     }
 }
 
@@ -468,7 +480,8 @@ fn capped(
                 "a whole number from 1 to 64"
             } else {
                 "a whole number from 1 to 256"
-            },
+            }
+            .into(),
         });
     }
     Ok(n)
@@ -507,9 +520,10 @@ fn num(
             key,
             v,
             match (min, max == u64::MAX) {
-                (_, true) => "a whole number of bytes, at least 1",
-                (0, false) => "a whole number from 0 to 2147483647",
-                _ => "a whole number from 1 to 2147483647",
+                (_, true) => std::borrow::Cow::Borrowed("a whole number of bytes, at least 1"),
+                (0, false) => "a whole number from 0 to 2147483647".into(),
+                (1, false) => "a whole number from 1 to 2147483647".into(),
+                (min, false) => format!("a whole number from {min} to 2147483647").into(),
             },
         )),
     }

@@ -72,15 +72,19 @@ pub fn parse(text: &[u8]) -> Result<Vec<DollyPeer>, String> {
     Ok(peers)
 }
 
-/// This node's entry: named `name`, or else with `pid == node_id`; its three ports must be set.
+/// This node's entry in `peers` (read from `path`): named `name`, or else with
+/// `pid == node_id`. `needed` says which of its requests, updates and snapshots ports are used
+/// (false: an explicit `dolly.*.bind` key replaces it); those must be set and distinct.
 ///
-/// Errors: no such entry ("could not find replica named X"); a port of 0.
+/// Errors: no such entry ("could not find replica named X"); a needed port of 0; two of its
+/// ports equal.
 pub fn local(
+    path: &Path,
     peers: &[DollyPeer],
     name: Option<String>,
     node_id: u64,
+    needed: [bool; 3],
 ) -> Result<DollyPeer, ConfigError> {
-    let path = Path::new("dolly.peers");
     let found = match &name {
         Some(n) => peers.iter().find(|p| &p.name == n),
         None => peers.iter().find(|p| u64::from(p.pid) == node_id),
@@ -94,17 +98,36 @@ pub fn local(
             },
         ));
     };
-    for (what, port) in [
+    let ports = [
         ("requests", me.requests),
         ("updates", me.updates),
         ("snapshots", me.snapshots),
-    ] {
-        if port == 0 {
+    ];
+    for ((what, port), needed) in ports.iter().zip(needed) {
+        if needed && *port == 0 {
             return Err(invalid(
                 path,
                 format!("peer {:?} has no {what} port", me.name),
             ));
         }
+    }
+    let used: Vec<u16> = ports
+        .iter()
+        .zip(needed)
+        .filter(|(_, n)| *n)
+        .map(|((_, p), _)| *p)
+        .collect();
+    let mut distinct = used.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    if distinct.len() != used.len() {
+        return Err(invalid(
+            path,
+            format!(
+                "peer {:?} uses one port twice among requests, updates and snapshots",
+                me.name
+            ),
+        ));
     }
     Ok(me.clone())
 }
@@ -127,9 +150,11 @@ mod tests {
     fn the_fixture_parses_and_picks_this_node_by_name_or_pid() {
         let peers = parse(FIXTURE.as_bytes()).expect("fixture");
         assert_eq!(peers.len(), 3);
-        let by_pid = local(&peers, None, 2).expect("pid 2");
+        let p = Path::new("peers.json");
+        let all = [true; 3];
+        let by_pid = local(p, &peers, None, 2, all).expect("pid 2");
         assert_eq!((by_pid.name.as_str(), by_pid.requests), ("bravo", 3269));
-        let by_name = local(&peers, Some("charlie".into()), 1).expect("named");
+        let by_name = local(p, &peers, Some("charlie".into()), 1, all).expect("named");
         assert_eq!(
             (by_name.updates, by_name.snapshots, by_name.requests),
             (3270, 3271, 3272)
@@ -156,15 +181,27 @@ mod tests {
             assert!(err.contains(reason), "{text}: {err}");
         }
         let peers = parse(FIXTURE.as_bytes()).expect("fixture");
-        let err = local(&peers, Some("zulu".into()), 1).expect_err("unknown name");
-        assert!(err
-            .to_string()
-            .contains("could not find replica named zulu"));
-        assert!(local(&peers, None, 9).is_err());
+        let p = Path::new("/etc/zper/peers.json");
+        let all = [true; 3];
+        let err = local(p, &peers, Some("zulu".into()), 1, all).expect_err("unknown name");
+        assert_eq!(
+            err.to_string(),
+            "dolly.peers /etc/zper/peers.json: could not find replica named zulu"
+        );
+        assert!(local(p, &peers, None, 9, all).is_err());
         let no_ports = parse(br#"[{"pid": 1, "name": "a", "requests": 1}]"#).expect("parses");
-        assert!(local(&no_ports, None, 1)
+        assert!(local(p, &no_ports, None, 1, all)
             .expect_err("no updates port")
             .to_string()
             .contains("no updates port"));
+        // Ports replaced by explicit dolly.*.bind keys are not needed.
+        assert!(local(p, &no_ports, None, 1, [true, false, false]).is_ok());
+        let same =
+            parse(br#"[{"pid": 1, "name": "a", "requests": 7, "updates": 7, "snapshots": 8}]"#)
+                .expect("parses");
+        assert!(local(p, &same, None, 1, all)
+            .expect_err("a port twice")
+            .to_string()
+            .contains("one port twice"));
     }
 }

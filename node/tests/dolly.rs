@@ -327,3 +327,59 @@ fn the_cli_puts_and_gets_by_endpoint_or_by_peers_json() {
         "{o:?}"
     );
 }
+
+/// One connection's requests are answered and applied in the order it sent them, as by the
+/// original's single loop: 100 pipelined Puts of one key end with the last value, and a Get
+/// pipelined behind them sees it.
+#[test]
+fn pipelined_requests_on_one_connection_apply_and_answer_in_order() {
+    let n = TestNode::start();
+    let s = dealer(&n);
+    eventually_reply(&s, &[b"Put", &[0; 8], b"ready", b"1"], b"Put");
+    for i in 0..100u32 {
+        s.send_multipart(frames(b"Put", 0, b"same", i.to_string().as_bytes()), 0)
+            .expect("send");
+    }
+    s.send_multipart(frames(b"Get", 0, b"same", b""), 0)
+        .expect("send");
+    let mut last = 0;
+    for i in 0..100u32 {
+        let r = s.recv_multipart(0).expect("a Put reply");
+        assert_eq!(r[0], b"Put");
+        assert_eq!(r[3], i.to_string().as_bytes(), "replies in request order");
+        assert!(seq(&r[1]) > last, "sequences grow in request order");
+        last = seq(&r[1]);
+    }
+    let got = s.recv_multipart(0).expect("the Get reply");
+    assert_eq!(got, frames(b"Put", last, b"same", b"99"));
+}
+
+#[test]
+fn oversized_keys_and_values_are_refused_and_nothing_is_stored() {
+    let n = TestNode::start();
+    let s = dealer(&n);
+    eventually_reply(&s, &[b"Put", &[0; 8], b"ready", b"1"], b"Put");
+    let big = vec![b'v'; (1 << 20) + 1];
+    let r = call(&s, &[b"Put", &[0; 8], b"big", &big]);
+    assert_eq!(r[0], b"Error");
+    assert!(String::from_utf8_lossy(&r[3]).contains("value of 1048577 bytes is over the limit"));
+    let long_key = vec![b'k'; 4097];
+    let r = call(&s, &[b"Put", &[0; 8], &long_key, b"v"]);
+    assert_eq!(r[0], b"Error");
+    assert_eq!(
+        call(&s, &[b"Get", &[0; 8], b"big", b""])[3],
+        b"key not found"
+    );
+    // At the limit it is stored.
+    let max = vec![b'v'; 1 << 20];
+    assert_eq!(call(&s, &[b"Put", &[0; 8], b"max", &max])[0], b"Put");
+}
+
+#[test]
+fn four_frames_with_an_empty_method_get_a_four_frame_error() {
+    let n = TestNode::start();
+    let s = dealer(&n);
+    let r = call(&s, &[b"", &[0; 8], b"color", b""]);
+    assert_eq!(r.len(), 4, "{r:?}");
+    assert_eq!((&r[0][..], &r[2][..]), (&b"Error"[..], &b"color"[..]));
+}

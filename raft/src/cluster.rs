@@ -500,6 +500,14 @@ impl ClusterNode {
         self.raft.metrics().borrow().current_leader
     }
 
+    /// Whether this node is the Raft leader in openraft's own state (not only the last leader
+    /// it knew of: a restarted former leader may name itself until it hears the current term).
+    pub fn is_leader(&self) -> bool {
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow();
+        m.state == openraft::ServerState::Leader && m.current_leader == Some(self.id)
+    }
+
     /// Waits up to `timeout` for a leader to be known.
     pub async fn wait_for_leader(&self, timeout: Duration) -> Option<NodeId> {
         let deadline = tokio::time::Instant::now() + timeout;

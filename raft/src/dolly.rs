@@ -22,9 +22,25 @@ use crate::ClusterNode;
 /// [`DollyPutError::Unknown`].
 pub const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Largest Dolly key, bytes. The map lives in every node's memory and every Raft snapshot, so
+/// it is for configuration-sized data (the original had no limit, `dolly.md` §9 W13).
+pub const MAX_KEY_BYTES: usize = 4096;
+/// Largest Dolly value, bytes (1 MiB).
+pub const MAX_VALUE_BYTES: usize = 1 << 20;
+
 /// Why a Dolly Put got no sequence.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum DollyPutError {
+    /// The key or value is over [`MAX_KEY_BYTES`] / [`MAX_VALUE_BYTES`]; nothing was proposed.
+    #[error("{what} of {bytes} bytes is over the limit of {limit} bytes")]
+    TooLarge {
+        /// `key` or `value`.
+        what: &'static str,
+        /// Its size.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// Not applied and never will be (its cancel committed first).
     #[error("put not applied: {why}")]
     NotApplied {
@@ -67,13 +83,22 @@ impl ClusterNode {
     /// cancelled through the log (at most [`SETTLE_TIMEOUT`] more), and the cancel's outcome
     /// is the answer: the sequence if the Put had applied, else `NotApplied`.
     ///
-    /// Errors: `NotApplied` (it never applies), `Unknown` (no quorum to settle it).
+    /// Errors: `TooLarge` (not proposed), `NotApplied` (it never applies), `Unknown` (no
+    /// quorum to settle it).
     pub async fn dolly_put(
         &self,
         key: Vec<u8>,
         value: Vec<u8>,
         timeout: Duration,
     ) -> Result<u64, DollyPutError> {
+        for (what, bytes, limit) in [
+            ("key", key.len(), MAX_KEY_BYTES),
+            ("value", value.len(), MAX_VALUE_BYTES),
+        ] {
+            if bytes > limit {
+                return Err(DollyPutError::TooLarge { what, bytes, limit });
+            }
+        }
         let request = DollyRequest {
             origin: self.id,
             serial: next_serial(),

@@ -131,7 +131,21 @@ impl StateMachineStore {
         .unwrap_or_default()
     }
 
-    /// A copy of the current metadata.
+    /// A copy of the cluster part of the metadata (nodes, topics, the Dolly leader) without
+    /// Dolly's key/value map and request outcomes, which may be large: what placement, the
+    /// controller and the admin views need, cheap enough to take every 100 ms.
+    pub fn cluster_metadata(&self) -> Metadata {
+        self.with_metadata(|m| Metadata {
+            nodes: m.nodes.clone(),
+            topics: m.topics.clone(),
+            dolly_leader: m.dolly_leader,
+            dolly_sequence: m.dolly_sequence,
+            ..Metadata::default()
+        })
+        .unwrap_or_default()
+    }
+
+    /// A copy of the current metadata (all of it, Dolly's map included).
     pub fn metadata(&self) -> Metadata {
         self.state
             .read()

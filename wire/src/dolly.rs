@@ -69,7 +69,7 @@ pub enum DollyError {
     /// Not exactly four frames (after the routing identity).
     #[error("a Dolly message has 4 frames, not {0}")]
     FrameCount(usize),
-    /// An empty first frame: a REQ envelope, which Dolly does not use (§4).
+    /// Five frames, the first empty: a REQ envelope, which Dolly does not use (§4).
     #[error("REQ envelope (empty first frame): use a DEALER socket")]
     ReqEnvelope,
     /// The sequence frame is not 8 bytes.
@@ -105,7 +105,7 @@ impl Message {
     ///
     /// Errors: `ReqEnvelope`, `FrameCount`, `Sequence`, `UnknownMethod`.
     pub fn decode(frames: &[Vec<u8>]) -> Result<Message, DollyError> {
-        if frames.len() > 1 && frames[0].is_empty() {
+        if frames.len() == 5 && frames[0].is_empty() {
             return Err(DollyError::ReqEnvelope);
         }
         let [method, sequence, key, body] = frames else {
@@ -181,8 +181,15 @@ mod tests {
             Err(DollyError::UnknownMethod("Delete".into()))
         );
         let mut req = vec![Vec::new()];
-        req.extend(ok);
+        req.extend(ok.clone());
         assert_eq!(Message::decode(&req), Err(DollyError::ReqEnvelope));
+        // Four frames with an empty method are a (bad) Dolly message, not an envelope.
+        let mut empty_method = ok;
+        empty_method[0] = Vec::new();
+        assert_eq!(
+            Message::decode(&empty_method),
+            Err(DollyError::UnknownMethod(String::new()))
+        );
     }
 
     proptest! {

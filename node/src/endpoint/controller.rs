@@ -42,7 +42,7 @@ pub(crate) fn run(
                         .duration_since(UNIX_EPOCH)
                         .map_or(0, |d| d.as_millis() as u64);
                     zper_raft::controller::answer(
-                        &cluster.state.metadata(),
+                        &cluster.state.cluster_metadata(),
                         cluster.leader(),
                         &req,
                         now,

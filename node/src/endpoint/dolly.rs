@@ -13,7 +13,8 @@
 //! - Anything malformed gets an `Error` reply when there is a routing identity to send it to;
 //!   the endpoint never stops (the original panicked or exited, §4, §5.7).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,82 +35,104 @@ pub(crate) fn node_sequence(cluster: &ClusterNode) -> u64 {
         .unwrap_or(0)
 }
 
-/// Answers one decoded request, or hands a Put to the runtime (its reply comes back on
-/// `replies`).
-fn answer(
-    ctx: &Shared,
-    replies: &Sender<Vec<Vec<u8>>>,
-    routing_id: Vec<u8>,
-    msg: Message,
-) -> Option<Vec<Vec<u8>>> {
-    let cluster = &ctx.cluster;
-    match msg.method {
-        Method::Get => {
-            let found = cluster
-                .state
-                .with_metadata(|m| m.dolly.get(&msg.key).cloned())
-                .flatten();
-            let reply = match found {
-                Some(r) => {
-                    Counters::add(&ctx.counters.dolly.get_hit, 1);
-                    Message::new(Method::Put, r.sequence, &msg.key, &r.value)
-                }
-                None => {
-                    Counters::add(&ctx.counters.dolly.get_miss, 1);
-                    Message::new(
-                        Method::Error,
-                        node_sequence(cluster),
-                        &msg.key,
-                        b"key not found",
-                    )
-                }
-            };
-            Some(with_id(routing_id, &reply))
+/// A Get answered from this node's applied state (§5.3).
+fn get(ctx: &Shared, key: &[u8]) -> Message {
+    let found = ctx
+        .cluster
+        .state
+        .with_metadata(|m| m.dolly.get(key).cloned())
+        .flatten();
+    match found {
+        Some(r) => {
+            Counters::add(&ctx.counters.dolly.get_hit, 1);
+            Message::new(Method::Put, r.sequence, key, &r.value)
         }
-        Method::Put => {
-            let (cluster, replies, counters) =
-                (cluster.clone(), replies.clone(), ctx.counters.clone());
-            let timeout = ctx.put_timeout;
-            ctx.runtime.spawn(
-                async move {
-                    let reply = match cluster
-                        .dolly_put(msg.key.clone(), msg.body.clone(), timeout)
-                        .await
-                    {
-                        Ok(sequence) => {
-                            Counters::add(&counters.dolly.put_ok, 1);
-                            Message::new(Method::Put, sequence, &msg.key, &msg.body)
-                        }
-                        Err(e @ DollyPutError::NotApplied { .. }) => {
-                            Counters::add(&counters.dolly.put_cancelled, 1);
-                            error(&cluster, &msg.key, &e.to_string())
-                        }
-                        Err(e @ DollyPutError::Unknown { .. }) => {
-                            Counters::add(&counters.dolly.put_unsettled, 1);
-                            warn!(error = %e, "dolly put left unanswered");
-                            return;
-                        }
-                    };
-                    let _ = replies.send(with_id(routing_id, &reply));
-                }
-                .instrument(tracing::debug_span!("dolly_put")),
-            );
+        None => {
+            Counters::add(&ctx.counters.dolly.get_miss, 1);
+            Message::new(
+                Method::Error,
+                node_sequence(&ctx.cluster),
+                key,
+                b"key not found",
+            )
+        }
+    }
+}
+
+/// The reply to a method that is not a request (`Put` and `Get` are handled elsewhere).
+fn not_a_request(ctx: &Shared, msg: &Message) -> Message {
+    Counters::add(&ctx.counters.dolly.bad_request, 1);
+    error(
+        &ctx.cluster,
+        &msg.key,
+        &format!(
+            "{} is not a request method",
+            String::from_utf8_lossy(msg.method.as_bytes())
+        ),
+    )
+}
+
+/// A Put through Raft; `None` when its outcome is unknown (no reply may be sent).
+async fn put(ctx: &Shared, msg: &Message) -> Option<Message> {
+    let counters = &ctx.counters;
+    match ctx
+        .cluster
+        .dolly_put(msg.key.clone(), msg.body.clone(), ctx.put_timeout)
+        .await
+    {
+        Ok(sequence) => {
+            Counters::add(&counters.dolly.put_ok, 1);
+            Some(Message::new(Method::Put, sequence, &msg.key, &msg.body))
+        }
+        Err(e @ DollyPutError::TooLarge { .. }) => {
+            Counters::add(&counters.dolly.bad_request, 1);
+            Some(error(&ctx.cluster, &msg.key, &e.to_string()))
+        }
+        Err(e @ DollyPutError::NotApplied { .. }) => {
+            Counters::add(&counters.dolly.put_cancelled, 1);
+            Some(error(&ctx.cluster, &msg.key, &e.to_string()))
+        }
+        Err(e @ DollyPutError::Unknown { .. }) => {
+            Counters::add(&counters.dolly.put_unsettled, 1);
+            warn!(error = %e, "dolly put left unanswered");
             None
         }
-        other => {
-            Counters::add(&ctx.counters.dolly.bad_request, 1);
-            Some(with_id(
-                routing_id,
-                &error(
-                    cluster,
-                    &msg.key,
-                    &format!(
-                        "{} is not a request method",
-                        String::from_utf8_lossy(other.as_bytes())
-                    ),
-                ),
-            ))
-        }
+    }
+}
+
+/// One client connection's requests, answered strictly in arrival order (as the original's
+/// single loop did): a task takes them one at a time, so a pipelining client's Puts apply in
+/// the order it sent them and a Get after a Put sees it.
+struct Connection {
+    queue: tokio::sync::mpsc::UnboundedSender<Message>,
+    /// Requests queued or in progress.
+    pending: Arc<AtomicUsize>,
+}
+
+impl Connection {
+    fn start(ctx: &Arc<Shared>, routing_id: Vec<u8>, replies: Sender<Vec<Vec<u8>>>) -> Self {
+        let (queue, mut rx) = tokio::sync::mpsc::unbounded_channel::<Message>();
+        let pending = Arc::new(AtomicUsize::new(0));
+        let (ctx, left) = (ctx.clone(), pending.clone());
+        ctx.runtime.clone().spawn(
+            async move {
+                while let Some(msg) = rx.recv().await {
+                    let reply = match msg.method {
+                        Method::Put => put(&ctx, &msg).await,
+                        Method::Get => Some(get(&ctx, &msg.key)),
+                        _ => Some(not_a_request(&ctx, &msg)),
+                    };
+                    if let Some(reply) = reply {
+                        let _ = replies.send(with_id(routing_id.clone(), &reply));
+                    }
+                    // After the reply is queued: the endpoint answers this connection inline
+                    // again only once everything before is on its way.
+                    left.fetch_sub(1, Ordering::AcqRel);
+                }
+            }
+            .instrument(tracing::debug_span!("dolly_connection")),
+        );
+        Connection { queue, pending }
     }
 }
 
@@ -137,16 +160,26 @@ pub(crate) struct Shared {
     pub(crate) put_timeout: Duration,
 }
 
-/// Serves the requests ROUTER until `stop`.
-pub(crate) fn run(router: zmq::Socket, ctx: Shared, stop: Arc<AtomicBool>) {
-    let (cluster, counters) = (ctx.cluster.clone(), ctx.counters.clone());
-    let (tx, rx) = crossbeam_channel::unbounded::<Vec<Vec<u8>>>();
-    while !stop.load(Ordering::Relaxed) {
-        while let Ok(frames) = rx.try_recv() {
-            if !try_send(&router, frames) {
-                Counters::add(&counters.replies_dropped, 1);
-            }
+/// Idle connections are forgotten once there are more than this many.
+const IDLE_CONNECTIONS: usize = 1024;
+
+fn flush(router: &zmq::Socket, rx: &crossbeam_channel::Receiver<Vec<Vec<u8>>>, c: &Counters) {
+    while let Ok(frames) = rx.try_recv() {
+        if !try_send(router, frames) {
+            Counters::add(&c.replies_dropped, 1);
         }
+    }
+}
+
+/// Serves the requests ROUTER until `stop`. A Get from a connection with nothing in progress
+/// is answered at once on this thread; anything else goes to the connection's task.
+pub(crate) fn run(router: zmq::Socket, ctx: Shared, stop: Arc<AtomicBool>) {
+    let ctx = Arc::new(ctx);
+    let counters = ctx.counters.clone();
+    let (tx, rx) = crossbeam_channel::unbounded::<Vec<Vec<u8>>>();
+    let mut connections: HashMap<Vec<u8>, Connection> = HashMap::new();
+    while !stop.load(Ordering::Relaxed) {
+        flush(&router, &rx, &counters);
         match router.poll(zmq::POLLIN, POLL_MS.min(10)) {
             Ok(0) => continue,
             Ok(_) => {}
@@ -162,8 +195,8 @@ pub(crate) fn run(router: zmq::Socket, ctx: Shared, stop: Arc<AtomicBool>) {
         let Some((routing_id, rest)) = frames.split_first() else {
             continue;
         };
-        let reply = match Message::decode(rest) {
-            Ok(msg) => answer(&ctx, &tx, routing_id.clone(), msg),
+        let msg = match Message::decode(rest) {
+            Ok(msg) => msg,
             Err(e) => {
                 debug!(error = %e, "bad dolly request");
                 Counters::add(&counters.dolly.bad_request, 1);
@@ -175,14 +208,39 @@ pub(crate) fn run(router: zmq::Socket, ctx: Shared, stop: Arc<AtomicBool>) {
                 if envelope {
                     reply.push(Vec::new());
                 }
-                reply.extend(error(&cluster, &key, &e.to_string()).to_frames());
-                Some(reply)
+                reply.extend(error(&ctx.cluster, &key, &e.to_string()).to_frames());
+                if !try_send(&router, reply) {
+                    Counters::add(&counters.replies_dropped, 1);
+                }
+                continue;
             }
         };
-        if let Some(frames) = reply {
-            if !try_send(&router, frames) {
+        let busy = connections
+            .get(routing_id)
+            .is_some_and(|c| c.pending.load(Ordering::Acquire) > 0);
+        if !busy && msg.method != Method::Put {
+            // Everything this connection asked before has been answered into `rx`: send
+            // those first, then this.
+            flush(&router, &rx, &counters);
+            let reply = match msg.method {
+                Method::Get => get(&ctx, &msg.key),
+                _ => not_a_request(&ctx, &msg),
+            };
+            if !try_send(&router, with_id(routing_id.clone(), &reply)) {
                 Counters::add(&counters.replies_dropped, 1);
             }
+            continue;
+        }
+        if connections.len() > IDLE_CONNECTIONS {
+            connections.retain(|_, c| c.pending.load(Ordering::Acquire) > 0);
+        }
+        let c = connections
+            .entry(routing_id.clone())
+            .or_insert_with(|| Connection::start(&ctx, routing_id.clone(), tx.clone()));
+        c.pending.fetch_add(1, Ordering::AcqRel);
+        if c.queue.send(msg).is_err() {
+            c.pending.fetch_sub(1, Ordering::AcqRel);
+            warn!("dolly connection task gone");
         }
     }
     debug!("dolly requests endpoint stopped");

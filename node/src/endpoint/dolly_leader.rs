@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::broadcast::error::TryRecvError;
 use tracing::{debug, info, warn};
 use zper_raft::{ClusterNode, DollyUpdate};
-use zper_wire::dolly::{Message, Method};
+use zper_wire::dolly::{DollyError, Message, Method};
 
 use super::dolly::{error, with_id};
 use crate::metrics::Counters;
@@ -105,11 +105,16 @@ fn serve_snapshot(b: &Bound, frames: Vec<Vec<u8>>, cluster: &ClusterNode, counte
         }
         Err(e) => {
             Counters::add(&counters.dolly.bad_request, 1);
-            let key = rest.get(2).cloned().unwrap_or_default();
-            let _ = b.snapshots.send_multipart(
-                with_id(id.clone(), &error(cluster, &key, &e.to_string())),
-                zmq::DONTWAIT,
-            );
+            // A REQ client's reply needs its empty delimiter back.
+            let envelope = e == DollyError::ReqEnvelope;
+            let body = if envelope { &rest[1..] } else { rest };
+            let key = body.get(2).cloned().unwrap_or_default();
+            let mut reply = vec![id.clone()];
+            if envelope {
+                reply.push(Vec::new());
+            }
+            reply.extend(error(cluster, &key, &e.to_string()).to_frames());
+            let _ = b.snapshots.send_multipart(reply, zmq::DONTWAIT);
             return;
         }
     };
@@ -149,7 +154,9 @@ pub(crate) fn run(
     let mut bound: Option<Bound> = None;
     let mut last_bind_error = Instant::now() - Duration::from_secs(60);
     while !stop.load(Ordering::Relaxed) {
-        let leading = cluster.leader() == Some(cluster.id);
+        // Leader in openraft's own state, not only as the last known leader: a restarted
+        // former leader may still name itself until it hears the current term.
+        let leading = cluster.is_leader();
         match (bound.is_some(), leading) {
             (false, true) => match bind(&ctx, &binds, &cluster) {
                 Ok(b) => {
