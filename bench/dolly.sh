@@ -10,8 +10,8 @@
 set -euo pipefail
 N=${N:-20000}
 GETS=${GETS:-200000}
-DEALERS=${DEALERS:-16}
-WINDOW=${WINDOW:-8}
+DEALERS=${DEALERS:-64}
+WINDOW=${WINDOW:-4}
 PORT_BASE=28000
 . "$(dirname "$0")/cluster.sh"
 dolly() { echo "tcp://127.0.0.1:$((PORT_BASE + 10 * $1 + 6))"; }
