@@ -64,6 +64,9 @@ pub enum TopicsCommand {
 pub enum ClusterCommand {
     /// Raft state and brokers.
     Status,
+    /// Exit 0 when this node is ready (`GET /v1/status/ready`: a member that knows a leader
+    /// and has applied its log), else 1: a container health check.
+    Ready,
     /// Add a node as learner, then voter (run against the leader).
     AddNode {
         /// The new node's id.
@@ -120,11 +123,14 @@ impl Api {
             serde_json::from_str(&text).unwrap_or(Value::String(text))
         };
         if !status.is_success() {
+            let message = match value["message"].as_str() {
+                Some(m) => m.to_owned(),
+                None => value.to_string(),
+            };
             bail!(
-                "{} ({}): {}",
+                "{} ({}): {message}",
                 value["code"].as_str().unwrap_or("error"),
                 status.as_u16(),
-                value["message"].as_str().unwrap_or("")
             );
         }
         Ok(value)
@@ -275,6 +281,16 @@ pub fn cluster(cmd: ClusterCommand, target: &AdminTarget, defaults: &Targets) ->
                     );
                 }
                 out
+            });
+        }
+        ClusterCommand::Ready => {
+            let v = api.call(reqwest::Method::GET, "/v1/status/ready", None)?;
+            print(target.json, &v, |v| {
+                format!(
+                    "ready: leader {}, applied {}\n",
+                    text(&v["leader"]),
+                    text(&v["last_applied"])
+                )
             });
         }
         ClusterCommand::AddNode { id, http } => {

@@ -70,8 +70,12 @@ pub enum Command {
 #[derive(Debug, Default, clap::Args)]
 pub struct RunArgs {
     /// This node's id, >= 1 (key `node.id`).
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", conflicts_with = "node_id_from_hostname")]
     pub node_id: Option<u64>,
+    /// Take the node id from the host name's trailing `-<ordinal>` plus 1 (a StatefulSet pod
+    /// `zper-0` is node 1), as the Helm chart does.
+    #[arg(long)]
+    pub node_id_from_hostname: bool,
     /// The initial voters, `ID=HOST:PORT` of their HTTP admin address, comma-separated or
     /// repeated (keys `controller.quorum.ID`; replaces the file's voters). A node whose id is not
     /// among them waits to be added with `zper cluster add-node`.
@@ -98,6 +102,13 @@ impl RunArgs {
         if let Some(id) = self.node_id {
             out.push(("node.id".into(), id.to_string()));
         }
+        if self.node_id_from_hostname {
+            let host = hostname();
+            let id = node_id_of_hostname(&host).ok_or_else(|| {
+                format!("--node-id-from-hostname: host name {host:?} does not end in -<ordinal>")
+            })?;
+            out.push(("node.id".into(), id.to_string()));
+        }
         let mut seen = std::collections::BTreeSet::new();
         for item in &self.voters {
             let (id, addr) = item
@@ -112,5 +123,35 @@ impl RunArgs {
             ));
         }
         Ok(out)
+    }
+}
+
+/// This machine's host name (`$HOSTNAME`, else the kernel's).
+fn hostname() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+}
+
+/// `name-<ordinal>` -> ordinal + 1 (a StatefulSet pod name).
+pub fn node_id_of_hostname(host: &str) -> Option<u64> {
+    let (_, ordinal) = host.rsplit_once('-')?;
+    ordinal.parse::<u64>().ok()?.checked_add(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statefulset_pod_names_give_node_ids_from_1() {
+        assert_eq!(node_id_of_hostname("zper-0"), Some(1));
+        assert_eq!(node_id_of_hostname("rel-zper-12"), Some(13));
+        assert_eq!(node_id_of_hostname("zper"), None);
+        assert_eq!(node_id_of_hostname("zper-x"), None);
     }
 }

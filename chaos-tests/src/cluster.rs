@@ -1,0 +1,314 @@
+//! A 3-node zper cluster in containers on a private Docker network.
+//!
+//! The image (`zper:chaos`) is built once per test process by `scripts/docker-image.sh` from
+//! the `zper` binary under test (`$ZPER_BIN`, else the one cargo built beside this test), so it
+//! never needs a registry. Containers are started with testcontainers and removed when the
+//! [`Cluster`] drops (also when a test fails), then the network is removed.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use testcontainers::core::WaitFor;
+use testcontainers::runners::SyncRunner;
+use testcontainers::{Container, GenericImage, ImageExt};
+
+use crate::docker;
+
+/// The image the tests run.
+pub const IMAGE: (&str, &str) = ("zper", "chaos");
+/// HTTP admin port inside the containers.
+pub const HTTP: u16 = 9644;
+
+/// The zper binary under test: `$ZPER_BIN`, else `target/<profile>/zper` next to this test.
+fn binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("ZPER_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("test executable");
+    // target/<profile>/deps/<test> -> target/<profile>/zper
+    let bin = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .map(|p| p.join("zper"))
+        .expect("target dir");
+    assert!(
+        bin.exists(),
+        "{} not built: run `cargo build -p zper` (or `cargo test --workspace`), or set ZPER_BIN",
+        bin.display()
+    );
+    bin
+}
+
+/// Builds `zper:chaos` from the binary under test, once per process.
+pub fn ensure_image() {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        crate::require_docker();
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("workspace root")
+            .to_owned();
+        let out = std::process::Command::new(root.join("scripts/docker-image.sh"))
+            .env("ZPER_BIN", binary())
+            .env("IMAGE", format!("{}:{}", IMAGE.0, IMAGE.1))
+            .output()
+            .expect("run scripts/docker-image.sh");
+        assert!(
+            out.status.success(),
+            "scripts/docker-image.sh failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+}
+
+/// One node: its container and where the host reaches it.
+pub struct Node {
+    /// 1-based node id.
+    pub id: u64,
+    /// Container (and host) name on the cluster network.
+    pub name: String,
+    /// Its address on the network, as the host reaches it (changes after a reconnect).
+    pub ip: String,
+    container: Container<GenericImage>,
+}
+
+impl Node {
+    /// `tcp://<ip>:<port>`.
+    pub fn tcp(&self, port: u16) -> String {
+        format!("tcp://{}:{port}", self.ip)
+    }
+
+    /// `<ip>:9644`.
+    pub fn http(&self) -> String {
+        format!("{}:{HTTP}", self.ip)
+    }
+
+    /// The container id.
+    pub fn container_id(&self) -> &str {
+        self.container.id()
+    }
+}
+
+/// Three zper nodes, each an initial voter, on network `network`.
+pub struct Cluster {
+    /// The nodes, index = id - 1.
+    pub nodes: Vec<Node>,
+    /// The Docker network.
+    pub network: String,
+}
+
+fn http_get(addr: &str, path: &str) -> Option<(u16, Value)> {
+    let client = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .ok()?;
+    let resp = client.get(format!("http://{addr}{path}")).send().ok()?;
+    let status = resp.status().as_u16();
+    Some((status, resp.json().unwrap_or(Value::Null)))
+}
+
+/// Polls `cond` every 100 ms until it holds or `limit` passes.
+pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    cond()
+}
+
+impl Cluster {
+    /// Starts three nodes named `<prefix>n1..3` and waits (at most 60 s) until all are ready
+    /// and registered as live.
+    pub fn start(prefix: &str) -> Cluster {
+        ensure_image();
+        let network = format!("{prefix}-net");
+        let _ = docker(&["network", "rm", &network]);
+        docker(&["network", "create", &network]).expect("create network");
+        let names: Vec<String> = (1..=3).map(|i| format!("{prefix}n{i}")).collect();
+        let voters = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| format!("{}={n}:{HTTP}", i + 1))
+            .collect::<Vec<_>>()
+            .join(",");
+        let nodes = names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let _ = docker(&["rm", "-f", "-v", name]);
+                let args = vec![
+                    "run".to_owned(),
+                    "--node-id".into(),
+                    (i + 1).to_string(),
+                    "--voters".into(),
+                    voters.clone(),
+                    "--set".into(),
+                    format!("http.advertise={name}:{HTTP}"),
+                    "--set".into(),
+                    "flush_interval=50".into(),
+                    "--set".into(),
+                    "node.lease_ms=1500".into(),
+                ];
+                let container = GenericImage::new(IMAGE.0, IMAGE.1)
+                    .with_wait_for(WaitFor::Nothing)
+                    .with_network(network.clone())
+                    .with_container_name(name.clone())
+                    .with_cmd(args)
+                    .start()
+                    .unwrap_or_else(|e| panic!("start {name}: {e}"));
+                Node {
+                    id: i as u64 + 1,
+                    name: name.clone(),
+                    ip: String::new(),
+                    container,
+                }
+            })
+            .collect();
+        let mut c = Cluster { nodes, network };
+        for i in 0..3 {
+            c.refresh_ip(i);
+        }
+        assert!(
+            c.wait_healthy(Duration::from_secs(60)),
+            "the cluster did not become ready"
+        );
+        c
+    }
+
+    /// Re-reads node `i`'s address on the network (after a restart or reconnect).
+    pub fn refresh_ip(&mut self, i: usize) {
+        let name = self.nodes[i].name.clone();
+        let format = format!(
+            "{{{{(index .NetworkSettings.Networks \"{}\").IPAddress}}}}",
+            self.network
+        );
+        let ok = wait_until(Duration::from_secs(20), || {
+            match docker(&["inspect", "-f", &format, &name]) {
+                Ok(ip) if !ip.is_empty() && ip != "<no value>" => {
+                    self.nodes[i].ip = ip;
+                    true
+                }
+                _ => false,
+            }
+        });
+        assert!(ok, "no address for {name}");
+    }
+
+    /// Every node ready, three live brokers, a Raft leader.
+    pub fn healthy(&self) -> bool {
+        self.nodes.iter().all(|n| {
+            http_get(&n.http(), "/v1/status/ready").is_some_and(|(s, _)| s == 200)
+                && http_get(&n.http(), "/v1/brokers").is_some_and(|(_, b)| {
+                    b.as_array()
+                        .is_some_and(|a| a.iter().filter(|x| x["live"] == true).count() == 3)
+                })
+        })
+    }
+
+    /// Waits until [`Cluster::healthy`]; false after `limit`.
+    pub fn wait_healthy(&self, limit: Duration) -> bool {
+        wait_until(limit, || self.healthy())
+    }
+
+    /// `GET path` on node `i` as JSON (Null when it does not answer).
+    pub fn get(&self, i: usize, path: &str) -> Value {
+        http_get(&self.nodes[i].http(), path).map_or(Value::Null, |(_, v)| v)
+    }
+
+    /// The Raft leader's index, as the first answering node sees it.
+    pub fn raft_leader(&self) -> Option<usize> {
+        (0..3)
+            .find_map(|i| self.get(i, "/v1/raft")["leader"].as_u64())
+            .map(|l| l as usize - 1)
+    }
+
+    /// The leader of `topic`'s fragment 0.
+    pub fn fragment_leader(&self, topic: &str) -> Option<usize> {
+        (0..3)
+            .find_map(|i| {
+                self.get(i, &format!("/v1/topics/{topic}"))["fragments"][0]["leader"].as_u64()
+            })
+            .map(|l| l as usize - 1)
+    }
+
+    /// Creates `topic` with 3 replicas through node 0..3 (whichever answers).
+    pub fn create_topic(&self, topic: &str) {
+        let client = reqwest::blocking::Client::new();
+        let ok = wait_until(Duration::from_secs(20), || {
+            self.nodes.iter().any(|n| {
+                client
+                    .post(format!("http://{}/v1/topics/{topic}", n.http()))
+                    .body(r#"{"replication_factor": 3}"#)
+                    .timeout(Duration::from_secs(5))
+                    .send()
+                    .is_ok_and(|r| r.status().is_success() || r.status().as_u16() == 409)
+            })
+        });
+        assert!(ok, "create topic {topic}");
+        assert!(
+            wait_until(Duration::from_secs(20), || (0..3).all(|i| self
+                .get(i, &format!("/v1/topics/{topic}"))["fragments"][0]["leader"]
+                .is_u64())),
+            "every node knows {topic}'s leader"
+        );
+    }
+
+    /// SIGKILL of node `i` (its container stops; its volume stays).
+    pub fn kill(&self, i: usize) {
+        docker(&["kill", "-s", "KILL", &self.nodes[i].name]).expect("docker kill");
+    }
+
+    /// Starts node `i`'s stopped container again.
+    pub fn start_again(&mut self, i: usize) {
+        docker(&["start", &self.nodes[i].name]).expect("docker start");
+        self.refresh_ip(i);
+    }
+
+    /// SIGSTOP-like freeze of node `i` (`docker pause`).
+    pub fn pause(&self, i: usize) {
+        docker(&["pause", &self.nodes[i].name]).expect("docker pause");
+    }
+
+    /// Thaws node `i`.
+    pub fn unpause(&self, i: usize) {
+        docker(&["unpause", &self.nodes[i].name]).expect("docker unpause");
+    }
+
+    /// Cuts node `i` off the network (a partition: it keeps running alone).
+    pub fn disconnect(&self, i: usize) {
+        docker(&["network", "disconnect", &self.network, &self.nodes[i].name])
+            .expect("network disconnect");
+    }
+
+    /// Heals the partition of node `i`.
+    pub fn reconnect(&mut self, i: usize) {
+        docker(&["network", "connect", &self.network, &self.nodes[i].name])
+            .expect("network connect");
+        self.refresh_ip(i);
+    }
+
+    /// Graceful restart of node `i` (SIGTERM, at most 10 s, then start).
+    pub fn restart(&mut self, i: usize) {
+        docker(&["restart", "-t", "10", &self.nodes[i].name]).expect("docker restart");
+        self.refresh_ip(i);
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for n in &self.nodes {
+            let _ = docker(&["unpause", &n.name]);
+        }
+        // The containers go with their testcontainers handles; then the network.
+        for n in self.nodes.drain(..) {
+            drop(n.container);
+            let _ = docker(&["rm", "-f", "-v", &n.name]);
+        }
+        let _ = docker(&["network", "rm", &self.network]);
+    }
+}

@@ -1,0 +1,506 @@
+//! The load run during a fault, and the checks after it heals.
+//!
+//! Workers (each bounded by a stop flag the test sets, and by a deadline):
+//! - a mode-2 producer (REQ; one reply per durable message) and a mode-1 producer (DEALER;
+//!   acks carry the id of the newest durable message) writing 8-byte ids to one topic through
+//!   every node in turn, recording every acknowledged id;
+//! - a Dolly client putting one new key per request through every node in turn, recording
+//!   every success;
+//! - an admin client creating topics through every node in turn, recording every 201;
+//! - a watcher sampling every node's view of the topic's leader and leader epoch.
+//!
+//! [`check`] then verifies on every node: each acknowledged message exactly once at the same
+//! offset, byte-identical logs, each successful Put readable with its value, each created
+//! topic known, and no leader epoch with two leaders.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use zper_wire::{Identity, Records};
+
+use crate::cluster::{wait_until, Cluster};
+
+/// Topic the producers write.
+pub const TOPIC: &str = "chaos";
+/// Ports inside the containers.
+const WRITER: u16 = 5555;
+const READER: u16 = 5556;
+const DOLLY: u16 = 3266;
+
+/// What the workload saw acknowledged.
+#[derive(Debug, Default)]
+pub struct Acked {
+    /// Message ids acknowledged (mode 1 or 2).
+    pub messages: BTreeSet<u64>,
+    /// Dolly Puts answered with a sequence: key -> value.
+    pub puts: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// Topics whose creation was answered 201.
+    pub topics: BTreeSet<String>,
+    /// (leader epoch -> leaders seen with it) from every node's view.
+    pub epochs: BTreeMap<u64, BTreeSet<u64>>,
+}
+
+/// A running workload against `endpoints` (the nodes' addresses; updated by the test after an
+/// address changes).
+pub struct Workload {
+    stop: Arc<AtomicBool>,
+    acked: Arc<Mutex<Acked>>,
+    /// The nodes' current IPs, shared with the workers.
+    pub ips: Arc<Mutex<Vec<String>>>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+fn identity(mode: u8, n: u64) -> Vec<u8> {
+    let mut uuid = [0u8; 16];
+    uuid[..8].copy_from_slice(&(std::process::id() as u64).to_be_bytes());
+    uuid[8..].copy_from_slice(&n.to_be_bytes());
+    Identity::new(TOPIC, mode, &uuid)
+        .map(|i| i.to_bytes())
+        .unwrap_or_default()
+}
+
+fn socket(ctx: &zmq::Context, kind: zmq::SocketType, id: &[u8], at: &str) -> Option<zmq::Socket> {
+    let s = ctx.socket(kind).ok()?;
+    if !id.is_empty() {
+        s.set_identity(id).ok()?;
+    }
+    s.set_linger(0).ok()?;
+    s.set_rcvtimeo(3000).ok()?;
+    s.set_sndtimeo(1000).ok()?;
+    s.connect(at).ok()?;
+    Some(s)
+}
+
+impl Workload {
+    /// Starts every worker; they run until [`Workload::finish`] (or 5 minutes at most).
+    pub fn start(cluster: &Cluster) -> Workload {
+        let ips = Arc::new(Mutex::new(
+            cluster
+                .nodes
+                .iter()
+                .map(|n| n.ip.clone())
+                .collect::<Vec<_>>(),
+        ));
+        let stop = Arc::new(AtomicBool::new(false));
+        let acked = Arc::new(Mutex::new(Acked::default()));
+        let ids = Arc::new(AtomicU64::new(1));
+        let deadline = Instant::now() + Duration::from_secs(300);
+        let mut workers = Vec::new();
+        let run = |f: Box<dyn FnOnce() + Send>| std::thread::spawn(f);
+        {
+            let (ips, stop, acked, ids) = (ips.clone(), stop.clone(), acked.clone(), ids.clone());
+            workers.push(run(Box::new(move || {
+                mode2(&ips, &stop, &acked, &ids, deadline)
+            })));
+        }
+        {
+            let (ips, stop, acked, ids) = (ips.clone(), stop.clone(), acked.clone(), ids.clone());
+            workers.push(run(Box::new(move || {
+                mode1(&ips, &stop, &acked, &ids, deadline)
+            })));
+        }
+        {
+            let (ips, stop, acked) = (ips.clone(), stop.clone(), acked.clone());
+            workers.push(run(Box::new(move || dolly(&ips, &stop, &acked, deadline))));
+        }
+        {
+            let (ips, stop, acked) = (ips.clone(), stop.clone(), acked.clone());
+            workers.push(run(Box::new(move || topics(&ips, &stop, &acked, deadline))));
+        }
+        Workload {
+            stop,
+            acked,
+            ips,
+            workers,
+        }
+    }
+
+    /// Updates node `i`'s address for the workers.
+    pub fn set_ip(&self, i: usize, ip: &str) {
+        if let Ok(mut ips) = self.ips.lock() {
+            ips[i] = ip.to_owned();
+        }
+    }
+
+    /// Messages acknowledged so far.
+    pub fn acked_messages(&self) -> usize {
+        self.acked.lock().map_or(0, |a| a.messages.len())
+    }
+
+    /// Stops the workers and returns what they recorded.
+    pub fn finish(self) -> Acked {
+        self.stop.store(true, Ordering::Relaxed);
+        for w in self.workers {
+            let _ = w.join();
+        }
+        Arc::try_unwrap(self.acked)
+            .ok()
+            .and_then(|m| m.into_inner().ok())
+            .unwrap_or_default()
+    }
+}
+
+fn ip(ips: &Mutex<Vec<String>>, n: u64) -> String {
+    ips.lock()
+        .map(|v| v[(n % v.len() as u64) as usize].clone())
+        .unwrap_or_default()
+}
+
+fn running(stop: &AtomicBool, deadline: Instant) -> bool {
+    !stop.load(Ordering::Relaxed) && Instant::now() < deadline
+}
+
+/// REQ producer: one message, one reply; a timeout abandons the socket (outcome unknown).
+fn mode2(
+    ips: &Mutex<Vec<String>>,
+    stop: &AtomicBool,
+    acked: &Mutex<Acked>,
+    ids: &AtomicU64,
+    deadline: Instant,
+) {
+    let ctx = zmq::Context::new();
+    let mut turn = 0u64;
+    let mut s = None;
+    while running(stop, deadline) {
+        if s.is_none() {
+            turn += 1;
+            let at = format!("tcp://{}:{WRITER}", ip(ips, turn));
+            s = socket(&ctx, zmq::REQ, &identity(2, 1_000_000 + turn), &at);
+        }
+        let Some(sock) = &s else {
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        };
+        let id = ids.fetch_add(1, Ordering::Relaxed);
+        let sent = sock.send_multipart([&id.to_be_bytes()[..], b"mode2"], 0);
+        match sent.and_then(|_| sock.recv_multipart(0)) {
+            Ok(reply) if reply.first().map(Vec::as_slice) == Some(&id.to_be_bytes()[..]) => {
+                if let Ok(mut a) = acked.lock() {
+                    a.messages.insert(id);
+                }
+                // Spread over the nodes: a new connection every 50 messages.
+                if id.is_multiple_of(50) {
+                    s = None;
+                }
+            }
+            _ => s = None,
+        }
+    }
+}
+
+/// DEALER producer in mode 1: sends a window of messages, then waits for acks; an ack covers
+/// every message this connection sent up to the id it carries.
+fn mode1(
+    ips: &Mutex<Vec<String>>,
+    stop: &AtomicBool,
+    acked: &Mutex<Acked>,
+    ids: &AtomicU64,
+    deadline: Instant,
+) {
+    let ctx = zmq::Context::new();
+    let mut turn = 0u64;
+    while running(stop, deadline) {
+        turn += 1;
+        let at = format!("tcp://{}:{WRITER}", ip(ips, turn));
+        let Some(s) = socket(&ctx, zmq::DEALER, &identity(1, 2_000_000 + turn), &at) else {
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        };
+        // A few windows per connection, then the next node.
+        'conn: for _ in 0..5 {
+            let window: Vec<u64> = (0..20)
+                .map(|_| ids.fetch_add(1, Ordering::Relaxed))
+                .collect();
+            for id in &window {
+                if s.send_multipart([&id.to_be_bytes()[..], b"mode1"], 0)
+                    .is_err()
+                {
+                    break 'conn;
+                }
+            }
+            let last = *window.last().unwrap_or(&0);
+            loop {
+                match s.recv_multipart(0) {
+                    Ok(ack) => {
+                        let Ok(bytes) = <[u8; 8]>::try_from(ack[0].as_slice()) else {
+                            break 'conn;
+                        };
+                        let upto = u64::from_be_bytes(bytes);
+                        if let Ok(mut a) = acked.lock() {
+                            a.messages.extend(window.iter().filter(|i| **i <= upto));
+                        }
+                        if upto == last {
+                            break;
+                        }
+                    }
+                    Err(_) => break 'conn,
+                }
+            }
+            if !running(stop, deadline) {
+                break;
+            }
+        }
+    }
+}
+
+/// Dolly Puts, one new key each, through every node in turn.
+fn dolly(ips: &Mutex<Vec<String>>, stop: &AtomicBool, acked: &Mutex<Acked>, deadline: Instant) {
+    let ctx = zmq::Context::new();
+    let mut n = 0u64;
+    while running(stop, deadline) {
+        n += 1;
+        let at = format!("tcp://{}:{DOLLY}", ip(ips, n));
+        let Some(s) = socket(&ctx, zmq::DEALER, &[], &at) else {
+            continue;
+        };
+        for _ in 0..20 {
+            n += 1;
+            let key = format!("key{n}").into_bytes();
+            let value = format!("value{n}").into_bytes();
+            let frames = [&b"Put"[..], &[0u8; 8], &key, &value];
+            match s
+                .send_multipart(frames, 0)
+                .and_then(|_| s.recv_multipart(0))
+            {
+                Ok(r) if r.first().map(Vec::as_slice) == Some(b"Put") => {
+                    if let Ok(mut a) = acked.lock() {
+                        a.puts.insert(key, value);
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => break,
+            }
+            if !running(stop, deadline) {
+                break;
+            }
+        }
+    }
+}
+
+/// Metadata writes: topic creations through every node in turn; also samples every node's
+/// view of [`TOPIC`]'s leader and epoch.
+fn topics(ips: &Mutex<Vec<String>>, stop: &AtomicBool, acked: &Mutex<Acked>, deadline: Instant) {
+    let Ok(client) = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(3))
+        .build()
+    else {
+        return;
+    };
+    let mut n = 0u64;
+    while running(stop, deadline) {
+        n += 1;
+        let name = format!("meta{n}");
+        let url = format!("http://{}:9644/v1/topics/{name}", ip(ips, n));
+        if client
+            .post(url)
+            .body(r#"{"replication_factor": 1}"#)
+            .send()
+            .is_ok_and(|r| r.status().as_u16() == 201)
+        {
+            if let Ok(mut a) = acked.lock() {
+                a.topics.insert(name);
+            }
+        }
+        for i in 0..3 {
+            let url = format!("http://{}:9644/v1/topics/{TOPIC}", ip(ips, i));
+            if let Ok(v) = client
+                .get(url)
+                .send()
+                .and_then(|r| r.json::<serde_json::Value>())
+            {
+                let f = &v["fragments"][0];
+                if let (Some(e), Some(l)) = (f["leader_epoch"].as_u64(), f["leader"].as_u64()) {
+                    if let Ok(mut a) = acked.lock() {
+                        a.epochs.entry(e).or_default().insert(l);
+                    }
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The outcome of [`check`].
+#[derive(Debug, Default)]
+pub struct CheckReport {
+    /// Messages acknowledged during the run.
+    pub acked_messages: usize,
+    /// Acknowledged messages missing on some node.
+    pub lost_messages: usize,
+    /// Acknowledged messages stored more than once on some node.
+    pub duplicated: usize,
+    /// Dolly Puts acknowledged.
+    pub acked_puts: usize,
+    /// Acknowledged Puts not readable with their value on some node.
+    pub lost_puts: usize,
+    /// Topic creations acknowledged.
+    pub acked_topics: usize,
+    /// Acknowledged topics missing on some node.
+    pub lost_topics: usize,
+    /// Leader epochs seen with more than one leader.
+    pub split_epochs: usize,
+    /// Whether every node's copy of the topic is byte-identical.
+    pub identical_logs: bool,
+}
+
+/// Reads node `ip`'s whole copy of [`TOPIC`] with FETCH from 0.
+fn read_log(ctx: &zmq::Context, ip: &str) -> Option<Vec<u8>> {
+    let s = socket(
+        ctx,
+        zmq::DEALER,
+        &identity(0, 3_000_000),
+        &format!("tcp://{ip}:{READER}"),
+    )?;
+    let mut out = Vec::new();
+    loop {
+        let frames = [
+            b"FETCH".to_vec(),
+            (out.len() as i64).to_be_bytes().to_vec(),
+            (1i64 << 20).to_be_bytes().to_vec(),
+        ];
+        s.send_multipart(frames, 0).ok()?;
+        let reply = s.recv_multipart(0).ok()?;
+        if reply.first().map(Vec::as_slice) != Some(&[100u8][..]) || reply.len() != 2 {
+            return Some(out);
+        }
+        let valid = zper_wire::valid_bytes(&reply[1]);
+        if valid == 0 {
+            return Some(out);
+        }
+        out.extend_from_slice(&reply[1][..valid]);
+    }
+}
+
+/// (message id, offset) of every message in a log, in order.
+fn messages(log: &[u8]) -> Vec<(u64, usize)> {
+    let mut out = Vec::new();
+    let mut records = Records::new(log);
+    let mut start = 0;
+    let mut first: Option<u64> = None;
+    while let Some(r) = records.next() {
+        if first.is_none() {
+            first = <[u8; 8]>::try_from(r.payload).ok().map(u64::from_be_bytes);
+        }
+        if !r.more {
+            if let Some(id) = first.take() {
+                out.push((id, start));
+            }
+            start = records.valid_bytes();
+        }
+    }
+    out
+}
+
+/// Checks everything `acked` recorded against every node of `cluster`, once the copies have
+/// converged (at most 60 s).
+pub fn check(cluster: &Cluster, acked: &Acked) -> CheckReport {
+    let ctx = zmq::Context::new();
+    let mut logs: Vec<Vec<u8>> = Vec::new();
+    let identical = wait_until(Duration::from_secs(60), || {
+        logs = cluster
+            .nodes
+            .iter()
+            .map(|n| read_log(&ctx, &n.ip).unwrap_or_default())
+            .collect();
+        logs.windows(2).all(|w| w[0] == w[1])
+    });
+    let mut r = CheckReport {
+        acked_messages: acked.messages.len(),
+        acked_puts: acked.puts.len(),
+        acked_topics: acked.topics.len(),
+        identical_logs: identical,
+        ..Default::default()
+    };
+    let mut lost = BTreeSet::new();
+    let mut dup = BTreeSet::new();
+    let mut offsets: BTreeMap<u64, usize> = BTreeMap::new();
+    for log in &logs {
+        let mut count: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
+        for (id, off) in messages(log) {
+            count.entry(id).or_default().push(off);
+        }
+        for id in &acked.messages {
+            match count.get(id).map(Vec::as_slice) {
+                None => {
+                    lost.insert(*id);
+                }
+                Some([off]) => {
+                    // The same offset on every node.
+                    if *offsets.entry(*id).or_insert(*off) != *off {
+                        dup.insert(*id);
+                    }
+                }
+                Some(_) => {
+                    dup.insert(*id);
+                }
+            }
+        }
+    }
+    r.lost_messages = lost.len();
+    r.duplicated = dup.len();
+    // Dolly: every acknowledged Put readable on every node.
+    let mut lost_puts = BTreeSet::new();
+    for n in &cluster.nodes {
+        let Some(s) = socket(&ctx, zmq::DEALER, &[], &format!("tcp://{}:{DOLLY}", n.ip)) else {
+            lost_puts.extend(acked.puts.keys().cloned());
+            continue;
+        };
+        for (k, v) in &acked.puts {
+            let ok = s
+                .send_multipart([&b"Get"[..], &[0u8; 8], k, b""], 0)
+                .and_then(|_| s.recv_multipart(0))
+                .is_ok_and(|r| r.len() == 4 && r[0] == b"Put" && r[3] == *v);
+            if !ok {
+                lost_puts.insert(k.clone());
+            }
+        }
+    }
+    r.lost_puts = lost_puts.len();
+    // Metadata: every acknowledged topic on every node.
+    let mut lost_topics = BTreeSet::new();
+    for i in 0..cluster.nodes.len() {
+        let known: BTreeSet<String> = cluster
+            .get(i, "/v1/topics")
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|t| t["name"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        lost_topics.extend(acked.topics.difference(&known).cloned());
+    }
+    r.lost_topics = lost_topics.len();
+    r.split_epochs = acked.epochs.values().filter(|l| l.len() > 1).count();
+    r
+}
+
+/// Prints the table header once per process.
+pub fn print_header() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        eprintln!(
+            "{:<26} {:<34} {:>8} {:>6} {:>6} {:>6} {:>6} {:>10}",
+            "scenario", "faults", "acked", "lost", "puts", "lost", "topics", "recover_s"
+        );
+    });
+}
+
+/// One table row.
+pub fn print_row(scenario: &str, faults: &str, r: &CheckReport, recover: Duration) {
+    print_header();
+    eprintln!(
+        "{:<26} {:<34} {:>8} {:>6} {:>6} {:>6} {:>6} {:>10.1}",
+        scenario,
+        faults,
+        r.acked_messages,
+        r.lost_messages,
+        r.acked_puts,
+        r.lost_puts,
+        r.acked_topics,
+        recover.as_secs_f64()
+    );
+}
