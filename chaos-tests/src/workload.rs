@@ -35,6 +35,8 @@ const DOLLY: u16 = 3266;
 pub struct Acked {
     /// Message ids acknowledged (mode 1 or 2).
     pub messages: BTreeSet<u64>,
+    /// Those acknowledged in mode 1, with the node index they were sent to.
+    pub mode1: BTreeMap<u64, usize>,
     /// Dolly Puts answered with a sequence: key -> value.
     pub puts: BTreeMap<Vec<u8>, Vec<u8>>,
     /// Topics whose creation was answered 201.
@@ -177,7 +179,8 @@ fn mode2(
         let id = ids.fetch_add(1, Ordering::Relaxed);
         let sent = sock.send_multipart([&id.to_be_bytes()[..], b"mode2"], 0);
         match sent.and_then(|_| sock.recv_multipart(0)) {
-            Ok(reply) if reply.first().map(Vec::as_slice) == Some(&id.to_be_bytes()[..]) => {
+            // `[id]` is the ack; `[id][status]` a refusal (docs/protocol.md).
+            Ok(reply) if reply.len() == 1 && reply[0] == id.to_be_bytes() => {
                 if let Ok(mut a) = acked.lock() {
                     a.messages.insert(id);
                 }
@@ -224,6 +227,8 @@ fn mode1(
             let last = *window.last().unwrap_or(&0);
             loop {
                 match s.recv_multipart(0) {
+                    // `[id][status]`: a refusal (103, 104, 105; docs/protocol.md), not an ack.
+                    Ok(reply) if reply.len() != 1 => break 'conn,
                     Ok(ack) => {
                         let Ok(bytes) = <[u8; 8]>::try_from(ack[0].as_slice()) else {
                             break 'conn;
@@ -231,6 +236,9 @@ fn mode1(
                         let upto = u64::from_be_bytes(bytes);
                         if let Ok(mut a) = acked.lock() {
                             a.messages.extend(window.iter().filter(|i| **i <= upto));
+                            let via = (turn % 3) as usize;
+                            a.mode1
+                                .extend(window.iter().filter(|i| **i <= upto).map(|i| (*i, via)));
                         }
                         if upto == last {
                             break;
@@ -344,6 +352,9 @@ pub struct CheckReport {
     pub split_epochs: usize,
     /// Whether every node's copy of the topic is byte-identical.
     pub identical_logs: bool,
+    /// Up to 20 lost ids, with the ack mode they were acknowledged in and the node index they
+    /// were sent to (mode 1).
+    pub lost_sample: Vec<(u64, u8, usize)>,
 }
 
 /// Reads node `ip`'s whole copy of [`TOPIC`] with FETCH from 0.
@@ -440,6 +451,14 @@ pub fn check(cluster: &Cluster, acked: &Acked) -> CheckReport {
         }
     }
     r.lost_messages = lost.len();
+    r.lost_sample = lost
+        .iter()
+        .take(20)
+        .map(|id| match acked.mode1.get(id) {
+            Some(via) => (*id, 1, *via),
+            None => (*id, 2, 9),
+        })
+        .collect();
     r.duplicated = dup.len();
     // Dolly: every acknowledged Put readable on every node.
     let mut lost_puts = BTreeSet::new();
