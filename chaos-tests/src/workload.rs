@@ -43,6 +43,9 @@ pub struct Acked {
     pub topics: BTreeSet<String>,
     /// (leader epoch -> leaders seen with it) from every node's view.
     pub epochs: BTreeMap<u64, BTreeSet<u64>>,
+    /// Message ids a consumer read, woken by the ack PUB (readers only see what is below the
+    /// high-water mark, so none of these may be missing afterwards).
+    pub consumed: BTreeSet<u64>,
 }
 
 /// A running workload against `endpoints` (the nodes' addresses; updated by the test after an
@@ -111,6 +114,12 @@ impl Workload {
         {
             let (ips, stop, acked) = (ips.clone(), stop.clone(), acked.clone());
             workers.push(run(Box::new(move || topics(&ips, &stop, &acked, deadline))));
+        }
+        {
+            let (ips, stop, acked) = (ips.clone(), stop.clone(), acked.clone());
+            workers.push(run(Box::new(move || {
+                consumer(&ips, &stop, &acked, deadline)
+            })));
         }
         Workload {
             stop,
@@ -288,6 +297,67 @@ fn dolly(ips: &Mutex<Vec<String>>, stop: &AtomicBool, acked: &Mutex<Acked>, dead
     }
 }
 
+/// A consumer following the ack PUBs of every node: on each flush notice for [`TOPIC`] it
+/// FETCHes from its offset on the node that published it and records the ids it read. Its
+/// offset is per node (every node holds the same log, so a reconnect continues there).
+fn consumer(ips: &Mutex<Vec<String>>, stop: &AtomicBool, acked: &Mutex<Acked>, deadline: Instant) {
+    const ACK: u16 = 5557;
+    let ctx = zmq::Context::new();
+    let mut offsets = [0usize; 3];
+    let mut subs: Vec<(String, Option<zmq::Socket>)> =
+        (0..3).map(|_| (String::new(), None)).collect();
+    while running(stop, deadline) {
+        for (i, offset) in offsets.iter_mut().enumerate() {
+            let ip = ip(ips, i as u64);
+            if subs[i].0 != ip || subs[i].1.is_none() {
+                let sub = ctx.socket(zmq::SUB).ok();
+                if let Some(s) = &sub {
+                    let _ = s.set_linger(0);
+                    let _ = s.set_subscribe(TOPIC.as_bytes());
+                    let _ = s.connect(&format!("tcp://{ip}:{ACK}"));
+                }
+                subs[i] = (ip.clone(), sub);
+            }
+            let Some(sub) = &subs[i].1 else { continue };
+            let mut woken = false;
+            while let Ok(notice) = sub.recv_multipart(zmq::DONTWAIT) {
+                woken |= notice.first().map(Vec::as_slice) == Some(TOPIC.as_bytes());
+            }
+            if !woken {
+                continue;
+            }
+            let Some(r) = socket(
+                &ctx,
+                zmq::DEALER,
+                &identity(0, 4_000_000 + i as u64),
+                &format!("tcp://{ip}:{READER}"),
+            ) else {
+                continue;
+            };
+            let frames = [
+                b"FETCH".to_vec(),
+                (*offset as i64).to_be_bytes().to_vec(),
+                (1i64 << 20).to_be_bytes().to_vec(),
+            ];
+            let Ok(reply) = r
+                .send_multipart(frames, 0)
+                .and_then(|_| r.recv_multipart(0))
+            else {
+                continue;
+            };
+            if reply.len() == 2 && reply[0] == [100u8] {
+                let whole = zper_wire::whole_message_len(&reply[1]);
+                let ids: Vec<u64> = messages(&reply[1][..whole]).iter().map(|m| m.0).collect();
+                *offset += whole;
+                if let Ok(mut a) = acked.lock() {
+                    a.consumed.extend(ids);
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Metadata writes: topic creations through every node in turn; also samples every node's
 /// view of [`TOPIC`]'s leader and epoch.
 fn topics(ips: &Mutex<Vec<String>>, stop: &AtomicBool, acked: &Mutex<Acked>, deadline: Instant) {
@@ -352,6 +422,10 @@ pub struct CheckReport {
     pub split_epochs: usize,
     /// Whether every node's copy of the topic is byte-identical.
     pub identical_logs: bool,
+    /// Messages a consumer read during the run.
+    pub consumed: usize,
+    /// Messages a consumer read that are missing afterwards (a read of uncommitted data).
+    pub phantom_reads: usize,
     /// Up to 20 lost ids, with the ack mode they were acknowledged in and the node index they
     /// were sent to (mode 1).
     pub lost_sample: Vec<(u64, u8, usize)>,
@@ -451,6 +525,12 @@ pub fn check(cluster: &Cluster, acked: &Acked) -> CheckReport {
         }
     }
     r.lost_messages = lost.len();
+    let stored: BTreeSet<u64> = logs
+        .first()
+        .map(|l| messages(l).into_iter().map(|m| m.0).collect())
+        .unwrap_or_default();
+    r.consumed = acked.consumed.len();
+    r.phantom_reads = acked.consumed.difference(&stored).count();
     r.lost_sample = lost
         .iter()
         .take(20)
@@ -502,8 +582,8 @@ pub fn print_header() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         eprintln!(
-            "{:<26} {:<34} {:>8} {:>6} {:>6} {:>6} {:>6} {:>10}",
-            "scenario", "faults", "acked", "lost", "puts", "lost", "topics", "recover_s"
+            "{:<22} {:<40} {:>6} {:>5} {:>6} {:>5} {:>5} {:>6} {:>9}",
+            "scenario", "faults", "acked", "lost", "read", "puts", "lost", "topics", "recover_s"
         );
     });
 }
@@ -512,11 +592,12 @@ pub fn print_header() {
 pub fn print_row(scenario: &str, faults: &str, r: &CheckReport, recover: Duration) {
     print_header();
     eprintln!(
-        "{:<26} {:<34} {:>8} {:>6} {:>6} {:>6} {:>6} {:>10.1}",
+        "{:<22} {:<40} {:>6} {:>5} {:>6} {:>5} {:>5} {:>6} {:>9.1}",
         scenario,
         faults,
         r.acked_messages,
         r.lost_messages,
+        r.consumed,
         r.acked_puts,
         r.lost_puts,
         r.acked_topics,

@@ -66,6 +66,11 @@ fn scenario(name: &str, fault: impl FnOnce(&mut Cluster, &Workload) -> String) {
         "{name}: acknowledged topics missing: {r:?}"
     );
     assert_eq!(r.split_epochs, 0, "{name}: two leaders in one epoch: {r:?}");
+    assert_eq!(
+        r.phantom_reads, 0,
+        "{name}: a consumer read data that is gone: {r:?}"
+    );
+    assert!(r.consumed > 0, "{name}: the consumer read along: {r:?}");
     assert!(r.acked_puts > 0 && r.acked_topics > 0, "{name}: {r:?}");
 }
 
@@ -144,4 +149,52 @@ fn rolling_restart() {
         }
         "restart 1, 2, 3 (SIGTERM), one at a time".to_owned()
     });
+}
+
+/// The README's path: `docker-compose up` of docker-compose.yml (with the image under test)
+/// gives three healthy nodes and `zper cluster status` lists three live ones; `down -v` removes
+/// everything.
+#[test]
+fn docker_compose_up_gives_three_healthy_nodes() {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    require_docker();
+    zper_chaos_tests::cluster::ensure_image();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_owned();
+    let project = format!("zpercompose{}", std::process::id());
+    let compose = |args: &[&str]| {
+        std::process::Command::new("docker-compose")
+            .current_dir(&root)
+            .env("ZPER_IMAGE", "zper:chaos")
+            .args(["-p", &project])
+            .args(args)
+            .output()
+            .expect("docker-compose (Debian package docker-compose, or compose v1)")
+    };
+    struct Down<'a>(&'a dyn Fn(&[&str]) -> std::process::Output);
+    impl Drop for Down<'_> {
+        fn drop(&mut self) {
+            let _ = (self.0)(&["down", "-v", "-t", "1"]);
+        }
+    }
+    let _down = Down(&compose);
+    let up = compose(&["up", "-d"]);
+    assert!(
+        up.status.success(),
+        "{}",
+        String::from_utf8_lossy(&up.stderr)
+    );
+    let mut status = String::new();
+    let healthy = wait_until(Duration::from_secs(90), || {
+        let ps = compose(&["ps"]);
+        let text = String::from_utf8_lossy(&ps.stdout).into_owned();
+        let out = compose(&["exec", "-T", "zper1", "zper", "cluster", "status"]);
+        status = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.matches("(healthy)").count() == 3
+            && status.lines().filter(|l| l.contains(" true ")).count() == 3
+    });
+    assert!(healthy, "three healthy nodes: {status}");
+    assert!(status.contains("voters 1,2,3"), "{status}");
 }

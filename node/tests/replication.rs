@@ -338,6 +338,9 @@ fn acknowledged_messages_survive_sigkill_of_the_leader_on_byte_identical_copies(
 
 /// Reads `topic` from `offset` on `reader`, message by message, until `count` message ids
 /// arrived (bounded by 10 s); returns them and the offset just after the last one.
+/// Ids from here on are probes whose outcome may be unknown; readers skip them.
+const PROBE_IDS: u32 = 5000;
+
 fn consume_ids(
     ctx: &zmq::Context,
     reader: &str,
@@ -376,7 +379,11 @@ fn consume_ids(
                 if first.len() == 4 {
                     b.copy_from_slice(&first);
                 }
-                ids.push(u32::from_be_bytes(b));
+                let n = u32::from_be_bytes(b);
+                // Probe messages (ids from PROBE_IDS) are not counted.
+                if n < PROBE_IDS {
+                    ids.push(n);
+                }
                 off += len;
                 len = 0;
             }
@@ -429,11 +436,16 @@ fn a_diverged_former_leader_drops_its_unacknowledged_tail_and_a_consumer_moves_n
     let new_leader = c.new_leader(survivor, "div", leader);
     // The other survivor was frozen too: its lease may have lapsed, leaving the new leader
     // alone in the ISR (below min_insync 2, so acked writes get 103) until it rejoins.
-    assert!(eventually(
-        || c.produce_acked(new_leader, "div", 50..51) == [50]
-    ));
-    let more = c.produce_acked(new_leader, "div", 51..80);
-    assert_eq!(more.len(), 29);
+    // Probes with ids of their own: a probe refused with 104 after a forward timed out has an
+    // unknown outcome and may still be stored later (docs/protocol.md), so its id must not be
+    // one the checks below count.
+    let mut probe = PROBE_IDS;
+    assert!(eventually(|| {
+        probe += 1;
+        c.produce_acked(new_leader, "div", probe..probe + 1) == [probe]
+    }));
+    let more = c.produce_acked(new_leader, "div", 50..80);
+    assert_eq!(more.len(), 30);
 
     // The consumer moves to another node and continues at its offset: no gap, no duplicate.
     let reader = c.nodes[new_leader as usize - 1].reader.clone();
@@ -449,7 +461,10 @@ fn a_diverged_former_leader_drops_its_unacknowledged_tail_and_a_consumer_moves_n
         }),
         "copies converge"
     );
-    let all = ids_in(&concat(&c.segments(leader, "div")));
+    let all: Vec<u32> = ids_in(&concat(&c.segments(leader, "div")))
+        .into_iter()
+        .filter(|id| *id < PROBE_IDS)
+        .collect();
     assert_eq!(
         all,
         (0..80).collect::<Vec<u32>>(),
