@@ -145,6 +145,25 @@ pub(crate) fn error(cluster: &ClusterNode, key: &[u8], reason: &str) -> Message 
     )
 }
 
+/// The `Error` reply to frames that are not a Dolly message (`rest`: after the routing id).
+/// A REQ client's reply gets its empty delimiter back, or REQ would drop it.
+pub(crate) fn malformed_reply(
+    cluster: &ClusterNode,
+    routing_id: &[u8],
+    rest: &[Vec<u8>],
+    e: &DollyError,
+) -> Vec<Vec<u8>> {
+    let envelope = *e == DollyError::ReqEnvelope;
+    let body = if envelope { &rest[1..] } else { rest };
+    let key = body.get(2).cloned().unwrap_or_default();
+    let mut reply = vec![routing_id.to_vec()];
+    if envelope {
+        reply.push(Vec::new());
+    }
+    reply.extend(error(cluster, &key, &e.to_string()).to_frames());
+    reply
+}
+
 pub(crate) fn with_id(routing_id: Vec<u8>, msg: &Message) -> Vec<Vec<u8>> {
     let mut out = vec![routing_id];
     out.extend(msg.to_frames());
@@ -200,15 +219,7 @@ pub(crate) fn run(router: zmq::Socket, ctx: Shared, stop: Arc<AtomicBool>) {
             Err(e) => {
                 debug!(error = %e, "bad dolly request");
                 Counters::add(&counters.dolly.bad_request, 1);
-                // A REQ client's reply needs its empty delimiter back, or REQ drops it.
-                let envelope = e == DollyError::ReqEnvelope;
-                let body = if envelope { &rest[1..] } else { rest };
-                let key = body.get(2).cloned().unwrap_or_default();
-                let mut reply = vec![routing_id.clone()];
-                if envelope {
-                    reply.push(Vec::new());
-                }
-                reply.extend(error(&ctx.cluster, &key, &e.to_string()).to_frames());
+                let reply = malformed_reply(&ctx.cluster, routing_id, rest, &e);
                 if !try_send(&router, reply) {
                     Counters::add(&counters.replies_dropped, 1);
                 }

@@ -20,9 +20,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::broadcast::error::TryRecvError;
 use tracing::{debug, info, warn};
 use zper_raft::{ClusterNode, DollyUpdate};
-use zper_wire::dolly::{DollyError, Message, Method};
+use zper_wire::dolly::{Message, Method};
 
-use super::dolly::{error, with_id};
+use super::dolly::{error, malformed_reply, with_id};
 use crate::metrics::Counters;
 
 /// Updates queued per subscriber before PUB drops (libzmq's default is 1,000).
@@ -105,15 +105,7 @@ fn serve_snapshot(b: &Bound, frames: Vec<Vec<u8>>, cluster: &ClusterNode, counte
         }
         Err(e) => {
             Counters::add(&counters.dolly.bad_request, 1);
-            // A REQ client's reply needs its empty delimiter back.
-            let envelope = e == DollyError::ReqEnvelope;
-            let body = if envelope { &rest[1..] } else { rest };
-            let key = body.get(2).cloned().unwrap_or_default();
-            let mut reply = vec![id.clone()];
-            if envelope {
-                reply.push(Vec::new());
-            }
-            reply.extend(error(cluster, &key, &e.to_string()).to_frames());
+            let reply = malformed_reply(cluster, id, rest, &e);
             let _ = b.snapshots.send_multipart(reply, zmq::DONTWAIT);
             return;
         }
