@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the `zper` image (default tag zper:local) without any registry: the host-built release
 # binary and the few shared libraries it links (libstdc++, libgcc_s, libm, libc, the loader) on
-# an empty (`FROM scratch`) base, with a non-root user, /data as a volume and a HEALTHCHECK on
-# /v1/status/ready. Same entrypoint, ports and config as the multi-stage Dockerfile.
+# an empty (`FROM scratch`) base, with a non-root user, /data as a volume and a HEALTHCHECK
+# (`zper cluster ready`, which asks the node's /v1/status/ready). Same entrypoint, ports and config as the multi-stage Dockerfile.
 #   scripts/docker-image.sh            # build (cargo build --release first) and tag zper:local
 #   IMAGE=zper:dev scripts/docker-image.sh
 #   ZPER_BIN=path/to/zper scripts/docker-image.sh   # that binary, no cargo build (the chaos tests)

@@ -236,3 +236,24 @@ fn compose_has_three_nodes_each_with_its_own_volume() {
         );
     }
 }
+
+#[test]
+fn the_service_monitor_scrapes_only_the_client_service() {
+    let doc = |name: &str| {
+        let text = placeholders(
+            &std::fs::read_to_string(chart().join("templates").join(name)).expect("read"),
+        );
+        YamlLoader::load_from_str(&text).expect("yaml")[0].clone()
+    };
+    let monitor = doc("servicemonitor.yaml");
+    let component = &monitor["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"];
+    assert_eq!(component.as_str(), Some("client"));
+    assert_eq!(
+        doc("service.yaml")["metadata"]["labels"]["app.kubernetes.io/component"].as_str(),
+        Some("client")
+    );
+    assert!(
+        doc("service-peers.yaml")["metadata"]["labels"]["app.kubernetes.io/component"]
+            .is_badvalue()
+    );
+}

@@ -1,5 +1,10 @@
+{{/* <release>-zper, or just the release name when it already contains "zper". */}}
 {{- define "zper.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
 {{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "zper.labels" -}}
