@@ -8,6 +8,7 @@
 
 mod apply;
 pub mod placement;
+pub mod subscription;
 
 use std::collections::BTreeMap;
 
