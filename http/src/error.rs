@@ -57,6 +57,7 @@ impl From<MetadataError> for ApiError {
             MetadataError::NotMember(_) => (StatusCode::CONFLICT, "not_member"),
             MetadataError::StaleEpoch { .. } => (StatusCode::CONFLICT, "stale_epoch"),
             MetadataError::DuplicateNodeId { .. } => (StatusCode::CONFLICT, "duplicate_node_id"),
+            MetadataError::NotAssigned { .. } => (StatusCode::CONFLICT, "not_assigned"),
             MetadataError::DollyPutExpired | MetadataError::DollyPutCancelled => {
                 (StatusCode::SERVICE_UNAVAILABLE, "put_not_applied")
             }

@@ -3,9 +3,10 @@
 use zper_wire::validate_topic;
 
 use super::placement::{place, rebalance, PlacementChange, PlacementReason};
+use super::subscription::assign;
 use super::{
     Applied, Command, CommandResult, DollyOutcome, DollyRequest, Metadata, MetadataError,
-    NodeRecord, TopicRecord, DOLLY_REQUEST_RETAIN_MS,
+    NodeRecord, SubscriptionGroup, TopicRecord, DOLLY_REQUEST_RETAIN_MS,
 };
 use crate::NodeId;
 
@@ -14,6 +15,12 @@ pub const DEFAULT_RETAIN_HOURS: u32 = 168;
 /// Most fragments per topic: a reader names its fragment with the identity's mode byte (issue
 /// #4), so 256.
 pub const MAX_FRAGMENTS: u32 = 256;
+
+/// Recomputes `g`'s assignment for its current members.
+fn reassign(g: &mut SubscriptionGroup, policy: super::FragmentPolicy, fragments: u32) {
+    let members = g.members.keys().cloned().collect();
+    g.assignment = assign(policy, fragments, &members, &g.assignment);
+}
 
 impl Metadata {
     fn dolly_outcome(&self, r: &DollyRequest) -> Option<DollyOutcome> {
@@ -207,9 +214,110 @@ impl Metadata {
                 Ok(Applied::Topic(topic))
             }
             Command::DeleteTopic { name } => match self.topics.remove(name) {
-                Some(_) => Ok(Applied::Done),
+                Some(_) => {
+                    self.subscriptions.remove(name);
+                    Ok(Applied::Done)
+                }
                 None => Err(MetadataError::UnknownTopic(name.clone())),
             },
+            Command::Subscribe {
+                topic,
+                group,
+                subscriber,
+                now_ms,
+                lease_ms,
+            } => {
+                let t = self
+                    .topics
+                    .get(topic)
+                    .ok_or_else(|| MetadataError::UnknownTopic(topic.clone()))?;
+                for (what, name) in [("group", group), ("subscriber", subscriber)] {
+                    if name.is_empty()
+                        || name.len() > 64
+                        || !name.bytes().all(|b| b.is_ascii_graphic())
+                    {
+                        return Err(MetadataError::InvalidArgument(format!(
+                            "{what} {name:?}: 1-64 printable ASCII characters"
+                        )));
+                    }
+                }
+                let (policy, count) = (t.policy, t.fragments.len() as u32);
+                let g = self
+                    .subscriptions
+                    .entry(topic.clone())
+                    .or_default()
+                    .entry(group.clone())
+                    .or_default();
+                g.members.retain(|_, until| *until > *now_ms);
+                g.members
+                    .insert(subscriber.clone(), now_ms.saturating_add(*lease_ms));
+                reassign(g, policy, count);
+                let fragments = g
+                    .assignment
+                    .iter()
+                    .filter(|(_, owners)| owners.contains(subscriber))
+                    .map(|(f, _)| (*f, g.offsets.get(f).copied().unwrap_or(0)))
+                    .collect();
+                Ok(Applied::Subscription { fragments })
+            }
+            Command::Unsubscribe {
+                topic,
+                group,
+                subscriber,
+                now_ms,
+            } => {
+                let t = self
+                    .topics
+                    .get(topic)
+                    .ok_or_else(|| MetadataError::UnknownTopic(topic.clone()))?;
+                let (policy, count) = (t.policy, t.fragments.len() as u32);
+                let Some(g) = self
+                    .subscriptions
+                    .get_mut(topic)
+                    .and_then(|gs| gs.get_mut(group))
+                    .filter(|g| g.members.contains_key(subscriber))
+                else {
+                    return Err(MetadataError::NotAssigned {
+                        topic: topic.clone(),
+                        group: group.clone(),
+                        subscriber: subscriber.clone(),
+                        fragment: 0,
+                    });
+                };
+                g.members.remove(subscriber);
+                g.members.retain(|_, until| *until > *now_ms);
+                reassign(g, policy, count);
+                Ok(Applied::Done)
+            }
+            Command::CommitOffset {
+                topic,
+                group,
+                subscriber,
+                fragment,
+                offset,
+            } => {
+                let g = self
+                    .subscriptions
+                    .get_mut(topic)
+                    .and_then(|gs| gs.get_mut(group));
+                let owns = g
+                    .as_ref()
+                    .and_then(|g| g.assignment.get(fragment))
+                    .is_some_and(|owners| owners.contains(subscriber));
+                match g {
+                    Some(g) if owns => {
+                        let at = g.offsets.entry(*fragment).or_default();
+                        *at = (*at).max(*offset);
+                        Ok(Applied::Done)
+                    }
+                    _ => Err(MetadataError::NotAssigned {
+                        topic: topic.clone(),
+                        group: group.clone(),
+                        subscriber: subscriber.clone(),
+                        fragment: *fragment,
+                    }),
+                }
+            }
             Command::SetDollyLeader { id } => {
                 if !self.nodes.contains_key(id) {
                     return Err(MetadataError::UnknownNode(*id));
@@ -652,6 +760,91 @@ mod tests {
         assert_ne!(m.state_hash(), empty_hash);
     }
 
+    fn subscribe(group: &str, who: &str, now_ms: u64) -> Command {
+        Command::Subscribe {
+            topic: "t".into(),
+            group: group.into(),
+            subscriber: who.into(),
+            now_ms,
+            lease_ms: 1000,
+        }
+    }
+
+    fn fragments_of(result: CommandResult) -> Vec<u32> {
+        match result {
+            Ok(Applied::Subscription { fragments }) => fragments.keys().copied().collect(),
+            other => panic!("not a subscription: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn subscription_groups_split_fragments_expire_sessions_and_keep_offsets() {
+        let mut m = Metadata::default();
+        m.apply(&register(1, 0)).expect("register");
+        m.apply(&Command::CreateTopic {
+            name: "t".into(),
+            fragments: Some(4),
+            replication_factor: Some(1),
+            retain_hours: None,
+            policy: FragmentPolicy::Distribution,
+            now_ms: 0,
+        })
+        .expect("topic");
+        assert_eq!(fragments_of(m.apply(&subscribe("g", "a", 0))), [0, 1, 2, 3]);
+        assert_eq!(fragments_of(m.apply(&subscribe("g", "b", 10))), [2, 3]);
+        // Another group is independent.
+        assert_eq!(
+            fragments_of(m.apply(&subscribe("h", "x", 10))),
+            [0, 1, 2, 3]
+        );
+        // Only the owner commits; offsets never go back.
+        let commit = |who: &str, fragment, offset| Command::CommitOffset {
+            topic: "t".into(),
+            group: "g".into(),
+            subscriber: who.into(),
+            fragment,
+            offset,
+        };
+        m.apply(&commit("b", 2, 500)).expect("b owns 2");
+        m.apply(&commit("b", 2, 300))
+            .expect("a lower commit is harmless");
+        assert!(matches!(
+            m.apply(&commit("a", 2, 900)),
+            Err(MetadataError::NotAssigned { .. })
+        ));
+        assert_eq!(m.subscriptions["t"]["g"].offsets[&2], 500);
+        // b's session ends (no renewal within its lease): a's next renewal takes fragment 2
+        // back with the group's offset.
+        let renewed = m.apply(&subscribe("g", "a", 2_000));
+        match renewed {
+            Ok(Applied::Subscription { fragments }) => {
+                assert_eq!(fragments.keys().copied().collect::<Vec<_>>(), [0, 1, 2, 3]);
+                assert_eq!(fragments[&2], 500, "resumes from the committed offset");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Leaving gives the fragments up; deleting the topic drops its groups.
+        m.apply(&Command::Unsubscribe {
+            topic: "t".into(),
+            group: "g".into(),
+            subscriber: "a".into(),
+            now_ms: 2_001,
+        })
+        .expect("leave");
+        assert!(m.subscriptions["t"]["g"].assignment.is_empty());
+        assert!(matches!(
+            m.apply(&subscribe("g", "bad name", 0)),
+            Err(MetadataError::InvalidArgument(_))
+        ));
+        m.apply(&Command::DeleteTopic { name: "t".into() })
+            .expect("delete");
+        assert!(!m.subscriptions.contains_key("t"));
+        assert!(matches!(
+            m.apply(&subscribe("g", "a", 3_000)),
+            Err(MetadataError::UnknownTopic(_))
+        ));
+    }
+
     #[test]
     fn refused_commands_are_typed_and_change_nothing() {
         let mut m = Metadata::default();
@@ -734,6 +927,19 @@ mod properties {
                 value: serial.to_le_bytes().to_vec(),
                 request: Some(crate::metadata::DollyRequest { origin: 1, serial }),
                 deadline_ms: s * 1000,
+            }),
+            (0u8..4, 0u8..2, 0u8..4, t.clone()).prop_map(|(n, g, m, s)| Command::Subscribe {
+                topic: format!("t{n}"),
+                group: format!("g{g}"),
+                subscriber: format!("m{m}"),
+                now_ms: s * 1000,
+                lease_ms: 5_000,
+            }),
+            (0u8..4, 0u8..2, 0u8..4, t.clone()).prop_map(|(n, g, m, s)| Command::Unsubscribe {
+                topic: format!("t{n}"),
+                group: format!("g{g}"),
+                subscriber: format!("m{m}"),
+                now_ms: s * 1000,
             }),
             (0u64..8, t).prop_map(|(serial, s)| Command::DollyCancel {
                 request: crate::metadata::DollyRequest { origin: 1, serial },

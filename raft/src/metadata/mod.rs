@@ -92,6 +92,21 @@ pub struct Metadata {
     /// deadline, measured by the clocks carried in later Dolly commands.
     #[serde(default)]
     pub dolly_requests: BTreeMap<NodeId, BTreeMap<u64, DollyOutcome>>,
+    /// Subscription groups by topic, then group name (issue #7, `pirius.md` §16.1).
+    #[serde(default)]
+    pub subscriptions: BTreeMap<String, BTreeMap<String, SubscriptionGroup>>,
+}
+
+/// One subscription group of a topic: its live members, which fragments each reads, and the
+/// group's committed progress (`pirius.md` §16.1, replacing ZooKeeper's subscription map).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubscriptionGroup {
+    /// Member id -> its session lease end, ms since the epoch (renewed by re-subscribing).
+    pub members: BTreeMap<subscription::MemberId, u64>,
+    /// Fragment -> the members that read it ([`subscription::assign`]).
+    pub assignment: subscription::Assignment,
+    /// Fragment -> the offset up to which the group has acknowledged records (bytes).
+    pub offsets: BTreeMap<u32, u64>,
 }
 
 /// How long a Dolly request's outcome is kept after its deadline, ms: longer than any clock
@@ -241,6 +256,46 @@ pub enum Command {
         /// The proposer's clock, ms.
         now_ms: u64,
     },
+    /// A subscriber joins `group` of `topic`, or renews its session (issue #7): members whose
+    /// lease ended by `now_ms` leave, and the fragments are reassigned
+    /// ([`subscription::assign`] with the topic's policy). Answers [`Applied::Subscription`].
+    Subscribe {
+        /// Topic name.
+        topic: String,
+        /// Group name (1-64 printable ASCII characters).
+        group: String,
+        /// Subscriber id within the group (1-64 printable ASCII characters).
+        subscriber: String,
+        /// Proposer's clock, ms.
+        now_ms: u64,
+        /// Session lease, ms.
+        lease_ms: u64,
+    },
+    /// A subscriber leaves its group; its fragments are reassigned.
+    Unsubscribe {
+        /// Topic name.
+        topic: String,
+        /// Group name.
+        group: String,
+        /// Subscriber id.
+        subscriber: String,
+        /// Proposer's clock, ms.
+        now_ms: u64,
+    },
+    /// The group acknowledges `fragment` up to `offset` (bytes). Only a member the fragment is
+    /// assigned to may commit; offsets never go back (a late, lower commit changes nothing).
+    CommitOffset {
+        /// Topic name.
+        topic: String,
+        /// Group name.
+        group: String,
+        /// The committing subscriber.
+        subscriber: String,
+        /// Fragment id.
+        fragment: u32,
+        /// Offset after the last acknowledged record.
+        offset: u64,
+    },
     /// The fragment's leader changes its in-sync replica set (issue #4): a replica that fell
     /// behind for `replica.lag_ms` leaves, one that caught up rejoins. Applied only in the
     /// epoch it names (a deposed leader's late proposal is refused).
@@ -272,6 +327,11 @@ pub enum Applied {
     },
     /// A Dolly Put was cancelled before it applied; it never will.
     DollyCancelled,
+    /// A subscriber's fragments after a Subscribe, with the group's committed offsets for them.
+    Subscription {
+        /// Fragment -> committed offset (0 when none), for the fragments this subscriber reads.
+        fragments: BTreeMap<u32, u64>,
+    },
 }
 
 /// Why a command was refused; the state is unchanged.
@@ -327,6 +387,18 @@ pub enum MetadataError {
     /// A Dolly Put whose request was cancelled (its client got an error reply).
     #[error("dolly put was cancelled after its deadline")]
     DollyPutCancelled,
+    /// A subscriber that is not a member of the group, or a fragment not assigned to it.
+    #[error("{subscriber} does not read {topic}/{fragment} in group {group}")]
+    NotAssigned {
+        /// Topic name.
+        topic: String,
+        /// Group name.
+        group: String,
+        /// Subscriber id.
+        subscriber: String,
+        /// Fragment id.
+        fragment: u32,
+    },
     /// A count out of range.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
