@@ -23,6 +23,14 @@ fn reassign(g: &mut SubscriptionGroup, policy: super::FragmentPolicy, fragments:
 }
 
 impl Metadata {
+    /// `topic`'s fragment policy and fragment count (what subscription assignment needs).
+    fn fragment_shape(&self, topic: &str) -> Result<(super::FragmentPolicy, u32), MetadataError> {
+        self.topics
+            .get(topic)
+            .map(|t| (t.policy, t.fragments.len() as u32))
+            .ok_or_else(|| MetadataError::UnknownTopic(topic.to_owned()))
+    }
+
     fn dolly_outcome(&self, r: &DollyRequest) -> Option<DollyOutcome> {
         self.dolly_requests
             .get(&r.origin)
@@ -227,10 +235,7 @@ impl Metadata {
                 now_ms,
                 lease_ms,
             } => {
-                let t = self
-                    .topics
-                    .get(topic)
-                    .ok_or_else(|| MetadataError::UnknownTopic(topic.clone()))?;
+                let (policy, count) = self.fragment_shape(topic)?;
                 for (what, name) in [("group", group), ("subscriber", subscriber)] {
                     if name.is_empty()
                         || name.len() > 64
@@ -241,7 +246,6 @@ impl Metadata {
                         )));
                     }
                 }
-                let (policy, count) = (t.policy, t.fragments.len() as u32);
                 let g = self
                     .subscriptions
                     .entry(topic.clone())
@@ -266,11 +270,7 @@ impl Metadata {
                 subscriber,
                 now_ms,
             } => {
-                let t = self
-                    .topics
-                    .get(topic)
-                    .ok_or_else(|| MetadataError::UnknownTopic(topic.clone()))?;
-                let (policy, count) = (t.policy, t.fragments.len() as u32);
+                let (policy, count) = self.fragment_shape(topic)?;
                 let Some(g) = self
                     .subscriptions
                     .get_mut(topic)
