@@ -21,6 +21,7 @@ reader.bind = tcp://127.0.0.1:25556
 ack.bind = tcp://127.0.0.1:25557
 controller.bind = tcp://127.0.0.1:25558
 replica.bind = tcp://127.0.0.1:25560
+relay.bind = tcp://127.0.0.1:25559
 dolly.requests.bind = tcp://127.0.0.1:25566
 dolly.updates.bind = tcp://127.0.0.1:25564
 dolly.snapshots.bind = tcp://127.0.0.1:25565

@@ -35,6 +35,7 @@ pub(crate) fn routes() -> Router<ClusterNode> {
             "/v1/topics/{name}",
             get(topic).post(create_topic).delete(delete_topic),
         )
+        .route("/v1/topics/{name}/subscriptions", get(subscriptions))
         .route("/v1/cluster/nodes", post(add_node))
         .route("/v1/cluster/nodes/{id}", axum::routing::delete(remove_node))
         .route(PROPOSE_PATH, post(propose_local))
@@ -256,6 +257,41 @@ async fn topic(
     read_check(&node, &mode).await?;
     match node.state.cluster_metadata().topics.remove(&name) {
         Some(topic) => Ok(Json(TopicView::new(name, topic, &logs))),
+        None => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_topic",
+            format!("unknown topic {name}"),
+        )),
+    }
+}
+
+/// `GET /v1/topics/{name}/subscriptions` (issue #7): the topic's subscription groups as this
+/// node applied them, with the Raft index they reflect (equal indexes give equal groups on
+/// every node).
+#[derive(Debug, Serialize)]
+pub(crate) struct SubscriptionsView {
+    topic: String,
+    policy: FragmentPolicy,
+    applied_index: u64,
+    groups: std::collections::BTreeMap<String, zper_raft::metadata::SubscriptionGroup>,
+}
+
+async fn subscriptions(
+    State(node): State<ClusterNode>,
+    Path(name): Path<String>,
+    Query(mode): Query<ReadMode>,
+) -> Result<Json<SubscriptionsView>, ApiError> {
+    read_check(&node, &mode).await?;
+    let view = node.state.with_applied(|m, applied_index| {
+        m.topics.get(&name).map(|t| SubscriptionsView {
+            topic: name.clone(),
+            policy: t.policy,
+            applied_index,
+            groups: m.subscriptions.get(&name).cloned().unwrap_or_default(),
+        })
+    });
+    match view.flatten() {
+        Some(v) => Ok(Json(v)),
         None => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "unknown_topic",

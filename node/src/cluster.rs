@@ -21,6 +21,8 @@ pub(crate) struct Member {
     tasks: Vec<tokio::task::JoinHandle<()>>,
     /// Advertised HTTP address.
     pub(crate) http: String,
+    /// Advertised relay endpoint.
+    pub(crate) relay: String,
 }
 
 fn now_ms() -> u64 {
@@ -74,11 +76,13 @@ impl Member {
             ack: advertise(&zmq.ack, &host),
             controller: advertise(&zmq.controller, &host),
             replica: advertise(&zmq.replica, &host),
+            relay: advertise(&zmq.relay, &host),
             dolly_requests: advertise(&zmq.dolly_requests, &host),
             dolly_updates: advertise(&zmq.dolly_updates, &host),
             dolly_snapshots: advertise(&zmq.dolly_snapshots, &host),
             http: http.clone(),
         };
+        let relay = endpoints.relay.clone();
         // The voters list this node's own address: it must be the one it advertises, or its
         // registration would be refused as a duplicate id (and peers could not reach it).
         if let Some(listed) = c.voters.get(&c.node_id) {
@@ -183,6 +187,7 @@ impl Member {
             node,
             tasks: vec![server, registrar, supervisor],
             http,
+            relay,
         })
     }
 

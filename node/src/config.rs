@@ -65,6 +65,12 @@ pub struct NodeConfig {
     pub controller_bind: String,
     /// Replication ROUTER endpoint (`replica.bind`, default `tcp://*:5560`; issue #4).
     pub replica_bind: String,
+    /// Relay ROUTER endpoint: push delivery to subscribers and the results back-channel
+    /// (`relay.bind`, default `tcp://*:5559`, the README's ZPRelay; issue #7).
+    pub relay_bind: String,
+    /// Subscriber session lease (`subscription.lease_ms`, default 10000, at least 100): a
+    /// subscriber that sends no KEEPALIVE for this long leaves its group.
+    pub subscription_lease: Duration,
     /// Dolly requests ROUTER endpoint (`dolly.requests.bind`, default `tcp://*:3266`, the
     /// requests port of Dolly's fixture; issue #5).
     pub dolly_requests_bind: String,
@@ -171,6 +177,8 @@ const KNOWN: &[&str] = &[
     "ack.bind",
     "controller.bind",
     "replica.bind",
+    "relay.bind",
+    "subscription.lease_ms",
     "dolly.requests.bind",
     "dolly.updates.bind",
     "dolly.snapshots.bind",
@@ -193,12 +201,7 @@ const KNOWN: &[&str] = &[
 
 /// Keys of the seed or the original that are accepted and reserved for later features (cluster,
 /// relay): no warning, no effect yet.
-const RESERVED: &[&str] = &[
-    "writer.io_threads",
-    "retention_hours",
-    "relay.bind",
-    "relay.poll",
-];
+const RESERVED: &[&str] = &["writer.io_threads", "retention_hours", "relay.poll"];
 const RESERVED_PREFIXES: &[&str] = &["writer.replica."];
 
 impl Default for NodeConfig {
@@ -214,6 +217,8 @@ impl Default for NodeConfig {
             ack_bind: "tcp://*:5557".into(),
             controller_bind: "tcp://*:5558".into(),
             replica_bind: "tcp://*:5560".into(),
+            relay_bind: "tcp://*:5559".into(),
+            subscription_lease: Duration::from_millis(10_000),
             dolly_requests_bind: "tcp://*:3266".into(),
             dolly_updates_bind: "tcp://*:3264".into(),
             dolly_snapshots_bind: "tcp://*:3265".into(),
@@ -356,6 +361,7 @@ impl NodeConfig {
             ("ack.bind", &mut c.ack_bind),
             ("controller.bind", &mut c.controller_bind),
             ("replica.bind", &mut c.replica_bind),
+            ("relay.bind", &mut c.relay_bind),
             ("dolly.requests.bind", &mut c.dolly_requests_bind),
             ("dolly.updates.bind", &mut c.dolly_updates_bind),
             ("dolly.snapshots.bind", &mut c.dolly_snapshots_bind),
@@ -381,6 +387,8 @@ impl NodeConfig {
             c.min_insync = Some(num(map, "min_insync", 1, 1)?);
         }
         c.dolly_put_timeout = Duration::from_millis(num(map, "dolly.put_timeout_ms", 2000, 10)?);
+        c.subscription_lease =
+            Duration::from_millis(num(map, "subscription.lease_ms", 10_000, 100)?);
         let mut unknown: Vec<String> = map
             .keys()
             .filter(|k| {

@@ -10,6 +10,7 @@ pub mod endpoint;
 pub mod metrics;
 pub mod node;
 pub mod replication;
+pub mod subscriber;
 
 pub use config::{ConfigError, NodeConfig};
 pub use node::{Endpoints, Node, NodeError};

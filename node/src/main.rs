@@ -26,6 +26,9 @@ fn main() {
         Some(Command::Run(args)) => run_node(config, &args),
         Some(Command::Produce(a)) => Targets::from_config(config).and_then(|t| produce::run(a, &t)),
         Some(Command::Consume(a)) => Targets::from_config(config).and_then(|t| consume::run(a, &t)),
+        Some(Command::Subscribe(a)) => {
+            Targets::from_config(config).and_then(|t| zper::cli::subscribe::run(a, &t))
+        }
         Some(Command::Perf(p)) => Targets::from_config(config).and_then(|t| perf::run(p, &t)),
         Some(Command::Topics { command, target }) => Targets::from_config(config)
             .and_then(|t| zper::cli::admin::topics(command, &target, &t)),

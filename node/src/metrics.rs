@@ -67,6 +67,8 @@ pub struct Counters {
     pub connections: [AtomicI64; 4],
     /// Dolly endpoint events (`zper_dolly_events_total{event}`).
     pub dolly: DollyCounters,
+    /// Relay (push delivery) events (`zper_relay_events_total{event}`).
+    pub relay: RelayCounters,
     topics: RwLock<BTreeMap<String, std::sync::Arc<TopicCounters>>>,
 }
 
@@ -100,6 +102,7 @@ impl Default for Counters {
             flush_seconds,
             connections: Default::default(),
             dolly: DollyCounters::default(),
+            relay: RelayCounters::default(),
             topics: RwLock::new(BTreeMap::new()),
         }
     }
@@ -141,6 +144,52 @@ impl DollyCounters {
             ("update_published", &self.update_published),
             ("update_lagged", &self.update_lagged),
             ("snapshot_served", &self.snapshot_served),
+        ]
+    }
+}
+
+/// Relay endpoint events (issue #7), exported as `zper_relay_events_total{event}`.
+#[derive(Debug, Default)]
+pub struct RelayCounters {
+    /// Streams started (STREAM requests accepted).
+    pub stream_started: AtomicU64,
+    /// Messages pushed to subscribers.
+    pub message_pushed: AtomicU64,
+    /// Batches pushed.
+    pub batch_pushed: AtomicU64,
+    /// Pushes deferred because the subscriber's connection was full (read again from disk).
+    pub push_deferred: AtomicU64,
+    /// Pushes that paused on a full credit window (the subscriber has not acknowledged).
+    pub window_full: AtomicU64,
+    /// Offsets committed through Raft from acknowledgements.
+    pub commit_ok: AtomicU64,
+    /// Streams ended because the fragment is not (or no longer) the subscriber's.
+    pub revoked: AtomicU64,
+    /// Malformed requests answered ERROR.
+    pub bad_request: AtomicU64,
+    /// Results received from subscribers (or forwarded by other nodes).
+    pub result_received: AtomicU64,
+    /// Results delivered to registered producers on this node.
+    pub result_delivered: AtomicU64,
+    /// Results that could not be delivered or forwarded (queue full, producer gone).
+    pub result_dropped: AtomicU64,
+}
+
+impl RelayCounters {
+    /// (event label, counter) pairs.
+    pub fn events(&self) -> [(&'static str, &AtomicU64); 11] {
+        [
+            ("stream_started", &self.stream_started),
+            ("message_pushed", &self.message_pushed),
+            ("batch_pushed", &self.batch_pushed),
+            ("push_deferred", &self.push_deferred),
+            ("window_full", &self.window_full),
+            ("commit_ok", &self.commit_ok),
+            ("revoked", &self.revoked),
+            ("bad_request", &self.bad_request),
+            ("result_received", &self.result_received),
+            ("result_delivered", &self.result_delivered),
+            ("result_dropped", &self.result_dropped),
         ]
     }
 }
@@ -200,6 +249,7 @@ pub struct CountersCollector {
     topic_bytes_fetched: IntCounterVec,
     connections: IntGaugeVec,
     dolly: IntCounterVec,
+    relay: IntCounterVec,
 }
 
 /// Moves a Prometheus counter up to `value` (counters only increase).
@@ -284,6 +334,13 @@ impl CountersCollector {
                 ),
                 &["event"],
             )?,
+            relay: IntCounterVec::new(
+                Opts::new(
+                    "zper_relay_events_total",
+                    "Relay push delivery, commits and results, by event.",
+                ),
+                &["event"],
+            )?,
         })
     }
 
@@ -321,6 +378,7 @@ impl Collector for CountersCollector {
         d.extend(self.per_topic_vecs().into_iter().flat_map(|v| v.desc()));
         d.extend(self.connections.desc());
         d.extend(self.dolly.desc());
+        d.extend(self.relay.desc());
         d.extend(self.counters.flush_seconds.desc());
         d
     }
@@ -348,6 +406,12 @@ impl Collector for CountersCollector {
         for (event, value) in k.dolly.events() {
             catch_up(
                 &self.dolly.with_label_values(&[event]),
+                Counters::get(value),
+            );
+        }
+        for (event, value) in k.relay.events() {
+            catch_up(
+                &self.relay.with_label_values(&[event]),
                 Counters::get(value),
             );
         }
@@ -379,6 +443,7 @@ impl Collector for CountersCollector {
         out.extend(self.per_topic_vecs().into_iter().flat_map(|v| v.collect()));
         out.extend(self.connections.collect());
         out.extend(self.dolly.collect());
+        out.extend(self.relay.collect());
         out.extend(self.counters.flush_seconds.collect());
         out
     }

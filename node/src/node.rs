@@ -70,6 +70,8 @@ pub struct Endpoints {
     pub controller: String,
     /// Replication ROUTER (issue #4).
     pub replica: String,
+    /// Relay ROUTER: push delivery to subscribers (issue #7).
+    pub relay: String,
     /// Dolly requests ROUTER (issue #5).
     pub dolly_requests: String,
     /// Dolly updates PUB, bound while this node leads (the port is resolved at start).
@@ -160,6 +162,17 @@ impl Node {
         c.set_router_mandatory(true)?;
         let rep = bind(&ctx, zmq::ROUTER, &config.replica_bind)?;
         rep.set_router_mandatory(true)?;
+        let relay = ctx.socket(zmq::ROUTER)?;
+        relay.set_router_mandatory(true)?; // a full or vanished subscriber fails the send
+        relay.set_router_handover(true)?; // a reconnecting subscriber takes its identity over
+        relay.set_sndhwm(crate::endpoint::relay::RELAY_HWM)?;
+        relay.set_linger(0)?;
+        relay
+            .bind(&config.relay_bind)
+            .map_err(|source| NodeError::Bind {
+                endpoint: config.relay_bind.clone(),
+                source,
+            })?;
         let dolly = bind(&ctx, zmq::ROUTER, &config.dolly_requests_bind)?;
         dolly.set_router_mandatory(true)?;
         // The leader-only endpoints: bound once here to check them and resolve `*`/0 ports,
@@ -173,6 +186,7 @@ impl Node {
             ack: last_endpoint(&p)?,
             controller: last_endpoint(&c)?,
             replica: last_endpoint(&rep)?,
+            relay: last_endpoint(&relay)?,
             dolly_requests: last_endpoint(&dolly)?,
             dolly_updates,
             dolly_snapshots,
@@ -259,11 +273,31 @@ impl Node {
             Some(view.clone()),
         )?;
         threads.push(reader.front);
-        let (cnode, ccounters, cstop) = (member.node(), counters.clone(), stop.clone());
+        let controller_ctx = crate::endpoint::controller::Shared {
+            cluster: member.node(),
+            runtime: member.handle(),
+            counters: counters.clone(),
+            lease: config.subscription_lease,
+        };
+        let cstop = stop.clone();
         threads.push(
             std::thread::Builder::new()
                 .name("zper-controller".into())
-                .spawn(move || crate::endpoint::controller::run(c, cnode, ccounters, cstop))
+                .spawn(move || crate::endpoint::controller::run(c, controller_ctx, cstop))
+                .map_err(|_| zmq::Error::EMFILE)?,
+        );
+        let relay_ctx = crate::endpoint::relay::Shared {
+            cluster: member.node(),
+            runtime: member.handle(),
+            store: store.clone(),
+            counters: counters.clone(),
+            advertised: member.relay.clone(),
+        };
+        let (rctx, rstop) = (ctx.clone(), stop.clone());
+        threads.push(
+            std::thread::Builder::new()
+                .name("zper-relay".into())
+                .spawn(move || crate::endpoint::relay::run(rctx, relay, relay_ctx, rstop))
                 .map_err(|_| zmq::Error::EMFILE)?,
         );
         let (dnode, dhandle, dcounters, dstop) = (

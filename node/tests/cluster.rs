@@ -497,10 +497,12 @@ fn misconfigured_node_ids_stop_the_node_with_a_message() {
             "base_dir = {}\nwriter.bind = tcp://127.0.0.1:{w}\nreader.bind = tcp://127.0.0.1:{r}\n\
              ack.bind = tcp://127.0.0.1:{a}\ncontroller.bind = tcp://127.0.0.1:{c}\n\
              http.bind = 127.0.0.1:{h}\nreplica.bind = tcp://127.0.0.1:{rp}\n\
+             relay.bind = tcp://127.0.0.1:{rl}\n\
              dolly.requests.bind = tcp://127.0.0.1:{d}\n\
              dolly.updates.bind = tcp://127.0.0.1:{du}\ndolly.snapshots.bind = tcp://127.0.0.1:{ds}\n",
             dir.path().join("data").display(),
             rp = free_port(),
+            rl = free_port(),
             d = free_port(),
             du = free_port(),
             ds = free_port()

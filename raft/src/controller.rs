@@ -2,7 +2,8 @@
 //! function, so the node's controller endpoint only moves frames.
 
 use zper_wire::controller::{
-    ControllerReply, ControllerRequest, FragmentInfo, NodeInfo, ReplicaInfo,
+    AssignedFragment, ControllerReply, ControllerRequest, FragmentInfo, NodeInfo, ReplicaInfo,
+    SubscriptionInfo,
 };
 use zper_wire::Status;
 
@@ -29,6 +30,50 @@ fn node_info(meta: &Metadata, id: NodeId, now_ms: u64) -> Option<NodeInfo> {
     })
 }
 
+/// The SUBSCRIBE / KEEPALIVE reply for a subscriber's fragments (`fragment -> committed
+/// offset`, from [`crate::metadata::Applied::Subscription`]): each with the relay endpoints of
+/// the nodes holding a copy, the fragment's leader first, then the other in-sync replicas, then
+/// the rest (nodes that advertise no relay are left out).
+pub fn subscription_info(
+    meta: &Metadata,
+    topic: &str,
+    fragments: &std::collections::BTreeMap<u32, u64>,
+    lease_ms: u64,
+    revision: u64,
+) -> SubscriptionInfo {
+    let placed = meta.topics.get(topic);
+    let relays = |id: u32| -> Vec<String> {
+        let Some(f) = placed.and_then(|t| t.fragments.iter().find(|f| f.id == id)) else {
+            return Vec::new();
+        };
+        let mut order: Vec<NodeId> = vec![f.leader];
+        order.extend(f.isr.iter().filter(|n| **n != f.leader));
+        order.extend(
+            f.replicas
+                .iter()
+                .filter(|n| !f.isr.contains(n) && **n != f.leader),
+        );
+        order
+            .iter()
+            .filter_map(|n| meta.nodes.get(n))
+            .map(|n| n.endpoints.relay.clone())
+            .filter(|r| !r.is_empty())
+            .collect()
+    };
+    SubscriptionInfo {
+        lease_ms,
+        revision,
+        fragments: fragments
+            .iter()
+            .map(|(id, offset)| AssignedFragment {
+                id: *id,
+                offset: *offset,
+                relays: relays(*id),
+            })
+            .collect(),
+    }
+}
+
 /// The reply to `request` given the metadata, the Raft leader as this node knows it, and the
 /// time (for liveness), ms since the epoch.
 pub fn answer(
@@ -48,6 +93,11 @@ pub fn answer(
             Some(n) => ControllerReply::Leader(Box::new(n)),
             None => ControllerReply::Status(Status::InvalidOffset),
         },
+        // Answered by the node after a Raft proposal (see `subscription_info`); reaching here
+        // is a caller's mistake, answered as malformed rather than by panicking.
+        ControllerRequest::Subscribe(_)
+        | ControllerRequest::KeepAlive(_)
+        | ControllerRequest::Unsubscribe(_) => ControllerReply::Status(Status::InvalidCommand),
         ControllerRequest::Topic(name) => match meta.topics.get(name) {
             None => ControllerReply::Status(Status::InvalidOffset),
             Some(t) => ControllerReply::Topic(
@@ -91,6 +141,7 @@ mod tests {
                     name: format!("n{id}"),
                     writer: format!("tcp://h{id}:5555"),
                     reader: format!("tcp://h{id}:5556"),
+                    relay: format!("tcp://h{id}:5559"),
                     ..Default::default()
                 },
                 now_ms: 0,
@@ -149,5 +200,23 @@ mod tests {
         };
         assert_eq!(n.len(), 3);
         assert!(n.iter().all(|n| !n.live), "leases of 1 s ended before 5 s");
+    }
+
+    #[test]
+    fn subscription_info_lists_relays_leader_first() {
+        let m = cluster();
+        let fragments: std::collections::BTreeMap<u32, u64> = [(0, 10), (1, 0)].into();
+        let info = subscription_info(&m, "orders", &fragments, 3000, 12);
+        assert_eq!((info.lease_ms, info.revision), (3000, 12));
+        assert_eq!(info.fragments.len(), 2);
+        for (f, placed) in info.fragments.iter().zip(&m.topics["orders"].fragments) {
+            assert_eq!(f.id, placed.id);
+            assert_eq!(f.relays.len(), 2);
+            assert_eq!(f.relays[0], format!("tcp://h{}:5559", placed.leader));
+        }
+        assert_eq!(info.fragments[0].offset, 10);
+        // Unknown fragments (a topic deleted meanwhile) have no relays, not a panic.
+        let gone = subscription_info(&m, "nope", &fragments, 3000, 12);
+        assert!(gone.fragments.iter().all(|f| f.relays.is_empty()));
     }
 }

@@ -102,6 +102,15 @@ impl StateMachineStore {
             .unwrap_or(0)
     }
 
+    /// Runs `f` over the current metadata and the index of the last entry it reflects, under
+    /// one read lock (a consistent pair).
+    pub fn with_applied<R>(&self, f: impl FnOnce(&Metadata, u64) -> R) -> Option<R> {
+        self.state
+            .read()
+            .ok()
+            .map(|s| f(&s.metadata, s.last_applied.map_or(0, |l| l.index)))
+    }
+
     /// Runs `f` over the current metadata under the read lock (no copy).
     pub fn with_metadata<R>(&self, f: impl FnOnce(&Metadata) -> R) -> Option<R> {
         self.state.read().ok().map(|s| f(&s.metadata))

@@ -35,6 +35,10 @@ pub struct NodeEndpoints {
     /// Replication ROUTER (`replica.bind`, issue #4); empty for nodes that predate it.
     #[serde(default)]
     pub replica: String,
+    /// Relay ROUTER (`relay.bind`, issue #7: push delivery to subscribers); empty for nodes
+    /// that predate it.
+    #[serde(default)]
+    pub relay: String,
 }
 
 openraft::declare_raft_types!(

@@ -25,6 +25,9 @@ pub struct Fetched {
     pub segment_end: u64,
 }
 
+/// One whole message as push delivery reads it: its offset and its frames (issue #7).
+pub type Message = (u64, Vec<Vec<u8>>);
+
 /// A segment located for reading: the segment and its readable end.
 struct Located {
     seg: Arc<Segment>,
@@ -155,6 +158,54 @@ impl TopicLog {
                 return Ok((payloads, off + used));
             }
             want = (want * 2).min(available);
+        }
+    }
+
+    /// Whole messages from `offset` within one segment, for push delivery (issue #7): at most
+    /// `max_messages`, reading about `cap` bytes (more when a single message is larger).
+    /// Returns each message as (its offset, its frames) and the offset after the last one
+    /// (`offset` itself when nothing past it is visible yet). An offset past the visible end
+    /// gives no messages (a replica may not have caught up yet).
+    ///
+    /// Errors: `InvalidOffset` when `offset` is before the oldest segment or not a record
+    /// boundary; I/O errors.
+    pub fn messages(
+        &self,
+        offset: u64,
+        max_messages: usize,
+        cap: u64,
+    ) -> Result<(Vec<Message>, u64), StoreError> {
+        if offset >= self.visible_end()? {
+            return Ok((Vec::new(), offset));
+        }
+        let signed = i64::try_from(offset).map_err(|_| self.invalid(i64::MAX))?;
+        let loc = self.locate(signed)?;
+        let available = loc.visible_end.saturating_sub(offset);
+        if available == 0 {
+            return Ok((Vec::new(), offset));
+        }
+        let mut want = available.min(cap.max(1));
+        loop {
+            let mut bytes = vec![0u8; want as usize];
+            read_exact_at(&loc.seg, &mut bytes, offset)?;
+            let mut out = Vec::new();
+            let mut frames = Vec::new();
+            let (mut pos, mut start) = (0usize, 0usize);
+            for rec in Records::new(&bytes) {
+                frames.push(rec.payload.to_vec());
+                pos += rec.stored_len();
+                if !rec.more {
+                    out.push((offset + start as u64, std::mem::take(&mut frames)));
+                    start = pos;
+                    if out.len() >= max_messages {
+                        break;
+                    }
+                }
+            }
+            if !out.is_empty() || want == available {
+                return Ok((out, offset + start as u64));
+            }
+            want = want.saturating_mul(2).min(available);
         }
     }
 

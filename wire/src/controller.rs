@@ -9,6 +9,13 @@
 //!                   [replica count:4] then per replica (leader first): [id:8][writer][reader]
 //!                   | [101] unknown topic
 //! LEADER         -> [100] then one node as in NODES | [101] no leader known
+//! SUBSCRIBE <topic> <group> <subscriber>      (issue #7; KEEPALIVE renews with the same frames)
+//!                -> [100][lease ms:8][revision:8][count:4] then per assigned fragment:
+//!                   [fragment:4][committed offset:8][relay count:4] then that many relay
+//!                   endpoints (the fragment's leader first, then its other replicas)
+//!                   | [101] unknown topic | [0xFF] the metadata could not be written (retry)
+//! UNSUBSCRIBE <topic> <group> <subscriber>
+//!                -> [100] | [101] not a member (or unknown topic) | [0xFF]
 //! anything else  -> [102]
 //! ```
 
@@ -22,6 +29,13 @@ pub const NODES: &[u8] = b"NODES";
 pub const TOPIC: &[u8] = b"TOPIC";
 /// Command words.
 pub const LEADER: &[u8] = b"LEADER";
+
+/// Command words (issue #7, `pirius.md` §16.2 RegisterSubscriber / KeepAlive / Deregister).
+pub const SUBSCRIBE: &[u8] = b"SUBSCRIBE";
+/// Command words.
+pub const KEEPALIVE: &[u8] = b"KEEPALIVE";
+/// Command words.
+pub const UNSUBSCRIBE: &[u8] = b"UNSUBSCRIBE";
 
 /// Frames per node in a NODES or LEADER reply.
 pub const NODE_FRAMES: usize = 11;
@@ -64,6 +78,41 @@ pub struct FragmentInfo {
     pub replicas: Vec<ReplicaInfo>,
 }
 
+/// Who subscribes: topic, subscription group and the subscriber's id within it (group and id:
+/// 1-64 printable ASCII characters).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Member {
+    /// Topic name (spec `zper.md` §3 rules).
+    pub topic: String,
+    /// Subscription group.
+    pub group: String,
+    /// Subscriber id within the group.
+    pub subscriber: String,
+}
+
+/// One fragment assigned to a subscriber (issue #7).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AssignedFragment {
+    /// Fragment id.
+    pub id: u32,
+    /// The group's committed offset in it (bytes; where delivery resumes).
+    pub offset: u64,
+    /// Relay endpoints of the nodes holding a copy, the fragment's leader first.
+    pub relays: Vec<String>,
+}
+
+/// The answer to SUBSCRIBE / KEEPALIVE: the subscriber's fragments now.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SubscriptionInfo {
+    /// Session lease, ms: renew (KEEPALIVE) well within it or the subscriber leaves the group.
+    pub lease_ms: u64,
+    /// Raft index at which this assignment was applied (relays judge assignment only once
+    /// they have applied at least this far).
+    pub revision: u64,
+    /// Assigned fragments, by id.
+    pub fragments: Vec<AssignedFragment>,
+}
+
 /// A decoded controller request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ControllerRequest {
@@ -73,6 +122,12 @@ pub enum ControllerRequest {
     Topic(String),
     /// The Raft leader.
     Leader,
+    /// Join a subscription group (issue #7).
+    Subscribe(Member),
+    /// Renew a subscriber's session (same effect and reply as SUBSCRIBE).
+    KeepAlive(Member),
+    /// Leave a subscription group.
+    Unsubscribe(Member),
 }
 
 /// Why a controller request is malformed (answered with 102).
@@ -97,6 +152,29 @@ pub enum ControllerError {
     /// A topic name that is not valid (spec §3).
     #[error("invalid topic name")]
     InvalidTopic,
+    /// A group or subscriber id that is not 1-64 printable ASCII characters.
+    #[error("invalid {0}: 1-64 printable ASCII characters")]
+    InvalidName(&'static str),
+}
+
+fn valid_name(name: &[u8]) -> bool {
+    !name.is_empty() && name.len() <= 64 && name.iter().all(|b| b.is_ascii_graphic())
+}
+
+fn member<F: AsRef<[u8]>>(args: &[F]) -> Result<Member, ControllerError> {
+    let topic = args[0].as_ref();
+    crate::identity::validate_topic(topic).map_err(|_| ControllerError::InvalidTopic)?;
+    for (what, name) in [("group", &args[1]), ("subscriber", &args[2])] {
+        if !valid_name(name.as_ref()) {
+            return Err(ControllerError::InvalidName(what));
+        }
+    }
+    let text = |f: &F| String::from_utf8_lossy(f.as_ref()).into_owned();
+    Ok(Member {
+        topic: text(&args[0]),
+        group: text(&args[1]),
+        subscriber: text(&args[2]),
+    })
 }
 
 impl ControllerRequest {
@@ -125,6 +203,18 @@ impl ControllerRequest {
                     String::from_utf8_lossy(name).into_owned(),
                 ))
             }
+            SUBSCRIBE => {
+                count("SUBSCRIBE", 3)?;
+                member(args).map(ControllerRequest::Subscribe)
+            }
+            KEEPALIVE => {
+                count("KEEPALIVE", 3)?;
+                member(args).map(ControllerRequest::KeepAlive)
+            }
+            UNSUBSCRIBE => {
+                count("UNSUBSCRIBE", 3)?;
+                member(args).map(ControllerRequest::Unsubscribe)
+            }
             other => Err(ControllerError::UnknownCommand(
                 String::from_utf8_lossy(other).into_owned(),
             )),
@@ -137,8 +227,20 @@ impl ControllerRequest {
             ControllerRequest::Nodes => vec![NODES.to_vec()],
             ControllerRequest::Leader => vec![LEADER.to_vec()],
             ControllerRequest::Topic(t) => vec![TOPIC.to_vec(), t.as_bytes().to_vec()],
+            ControllerRequest::Subscribe(m) => member_frames(SUBSCRIBE, m),
+            ControllerRequest::KeepAlive(m) => member_frames(KEEPALIVE, m),
+            ControllerRequest::Unsubscribe(m) => member_frames(UNSUBSCRIBE, m),
         }
     }
+}
+
+fn member_frames(word: &[u8], m: &Member) -> Vec<Vec<u8>> {
+    vec![
+        word.to_vec(),
+        m.topic.as_bytes().to_vec(),
+        m.group.as_bytes().to_vec(),
+        m.subscriber.as_bytes().to_vec(),
+    ]
 }
 
 /// A controller reply.
@@ -152,6 +254,8 @@ pub enum ControllerReply {
     Topic(Vec<FragmentInfo>),
     /// LEADER.
     Leader(Box<NodeInfo>),
+    /// SUBSCRIBE and KEEPALIVE.
+    Subscription(SubscriptionInfo),
 }
 
 fn node_frames(n: &NodeInfo, out: &mut Vec<Vec<u8>>) {
@@ -221,6 +325,18 @@ impl ControllerReply {
                 out.push(vec![Status::Ok.byte()]);
                 node_frames(&n, &mut out);
             }
+            ControllerReply::Subscription(s) => {
+                out.push(vec![Status::Ok.byte()]);
+                out.push(s.lease_ms.to_be_bytes().to_vec());
+                out.push(s.revision.to_be_bytes().to_vec());
+                out.push((s.fragments.len() as u32).to_be_bytes().to_vec());
+                for f in s.fragments {
+                    out.push(f.id.to_be_bytes().to_vec());
+                    out.push(f.offset.to_be_bytes().to_vec());
+                    out.push((f.relays.len() as u32).to_be_bytes().to_vec());
+                    out.extend(f.relays.into_iter().map(String::into_bytes));
+                }
+            }
             ControllerReply::Topic(fragments) => {
                 out.push(vec![Status::Ok.byte()]);
                 out.push((fragments.len() as u32).to_be_bytes().to_vec());
@@ -252,6 +368,24 @@ impl ControllerReply {
             at: 0,
         };
         let reply = match request {
+            ControllerRequest::Unsubscribe(_) => ControllerReply::Status(Status::Ok),
+            ControllerRequest::Subscribe(_) | ControllerRequest::KeepAlive(_) => {
+                let (lease_ms, revision, n) = (c.u64()?, c.u64()?, c.u32()?);
+                let mut fragments = Vec::new();
+                for _ in 0..n {
+                    let (id, offset, r) = (c.u32()?, c.u64()?, c.u32()?);
+                    let mut relays = Vec::new();
+                    for _ in 0..r {
+                        relays.push(c.string()?);
+                    }
+                    fragments.push(AssignedFragment { id, offset, relays });
+                }
+                ControllerReply::Subscription(SubscriptionInfo {
+                    lease_ms,
+                    revision,
+                    fragments,
+                })
+            }
             ControllerRequest::Leader => ControllerReply::Leader(Box::new(c.node()?)),
             ControllerRequest::Nodes => {
                 let n = c.u32()?;
@@ -320,6 +454,88 @@ mod tests {
         assert_eq!(
             ControllerRequest::decode::<&[u8]>(&[]),
             Err(ControllerError::Empty)
+        );
+    }
+
+    #[test]
+    fn subscription_requests_and_replies() {
+        let m = Member {
+            topic: "orders".into(),
+            group: "billing".into(),
+            subscriber: "s-1".into(),
+        };
+        let frames = ControllerRequest::Subscribe(m.clone()).encode();
+        assert_eq!(
+            frames,
+            vec![
+                b"SUBSCRIBE".to_vec(),
+                b"orders".to_vec(),
+                b"billing".to_vec(),
+                b"s-1".to_vec()
+            ]
+        );
+        assert_eq!(
+            ControllerRequest::decode(&frames),
+            Ok(ControllerRequest::Subscribe(m.clone()))
+        );
+        assert_eq!(
+            ControllerRequest::decode(&ControllerRequest::Unsubscribe(m.clone()).encode()),
+            Ok(ControllerRequest::Unsubscribe(m.clone()))
+        );
+        for bad in [
+            vec![b"SUBSCRIBE".to_vec(), b"orders".to_vec(), b"g".to_vec()],
+            vec![
+                b"KEEPALIVE".to_vec(),
+                b"or-ders".to_vec(),
+                b"g".to_vec(),
+                b"s".to_vec(),
+            ],
+            vec![
+                b"SUBSCRIBE".to_vec(),
+                b"orders".to_vec(),
+                b"".to_vec(),
+                b"s".to_vec(),
+            ],
+            vec![
+                b"UNSUBSCRIBE".to_vec(),
+                b"orders".to_vec(),
+                b"g".to_vec(),
+                b"a b".to_vec(),
+            ],
+            vec![
+                b"SUBSCRIBE".to_vec(),
+                b"orders".to_vec(),
+                vec![b'g'; 65],
+                b"s".to_vec(),
+            ],
+        ] {
+            assert!(ControllerRequest::decode(&bad).is_err(), "{bad:?}");
+        }
+        let info = SubscriptionInfo {
+            lease_ms: 10_000,
+            revision: 42,
+            fragments: vec![AssignedFragment {
+                id: 3,
+                offset: 77,
+                relays: vec!["tcp://a:5559".into(), "tcp://b:5559".into()],
+            }],
+        };
+        let frames = ControllerReply::Subscription(info.clone()).into_frames();
+        assert_eq!(frames[0], [100]);
+        assert_eq!(frames[1], 10_000u64.to_be_bytes());
+        assert_eq!(frames[2], 42u64.to_be_bytes());
+        assert_eq!(frames[3], 1u32.to_be_bytes());
+        assert_eq!(frames[4], 3u32.to_be_bytes());
+        assert_eq!(frames[5], 77u64.to_be_bytes());
+        assert_eq!(frames[6], 2u32.to_be_bytes());
+        assert_eq!(frames[7], b"tcp://a:5559");
+        assert_eq!(
+            ControllerReply::decode(&ControllerRequest::KeepAlive(m.clone()), &frames),
+            Some(ControllerReply::Subscription(info))
+        );
+        assert_eq!(
+            ControllerReply::decode(&ControllerRequest::Unsubscribe(m), &[[100u8]]),
+            Some(ControllerReply::Status(Status::Ok))
         );
     }
 

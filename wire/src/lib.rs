@@ -3,7 +3,7 @@
 //! This crate owns the client identity (spec `zper.md` §3), the stored record format that is both
 //! the segment file format and the ZMTP/2.0 frame layout (§6.2), and the reader's commands and
 //! replies (§5), the replication frames between nodes (issue #4), Dolly's key/value messages (issue #5),
-//! and the controller's cluster-information frames (§9, issue #3). It must never do I/O: no files, no sockets, no zmq, no clocks. Every decoder is
+//! the controller's cluster-information and subscription frames (§9, issues #3, #7), and the relay's push-delivery frames (issue #7). It must never do I/O: no files, no sockets, no zmq, no clocks. Every decoder is
 //! total: any byte string gives a value or a typed error, never a panic.
 
 pub mod controller;
@@ -11,6 +11,7 @@ pub mod dolly;
 pub mod identity;
 pub mod reader;
 pub mod record;
+pub mod relay;
 pub mod replication;
 
 pub use identity::{topic_hash, AckMode, Identity, IdentityError, MAX_TOPIC_LEN};

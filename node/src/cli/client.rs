@@ -42,6 +42,8 @@ pub struct Targets {
     pub admin_token: Option<String>,
     /// Dolly requests endpoint.
     pub dolly: String,
+    /// Controller endpoint.
+    pub controller: String,
 }
 
 impl Targets {
@@ -54,6 +56,7 @@ impl Targets {
                 admin: "127.0.0.1:9644".into(),
                 admin_token: None,
                 dolly: "tcp://127.0.0.1:3266".into(),
+                controller: "tcp://127.0.0.1:5558".into(),
             }),
             Some(path) => {
                 let c = crate::NodeConfig::from_file(path)?;
@@ -67,6 +70,7 @@ impl Targets {
                         .unwrap_or_else(|| c.cluster.http_bind.replace("0.0.0.0:", "127.0.0.1:")),
                     admin_token: c.cluster.admin_token.clone(),
                     dolly: connectable(&c.dolly_requests_bind),
+                    controller: connectable(&c.controller_bind),
                 })
             }
         }

@@ -7,7 +7,9 @@ pub mod consume;
 pub mod dolly;
 pub mod perf;
 pub mod perf_metadata;
+pub mod perf_subscribe;
 pub mod produce;
+pub mod subscribe;
 
 use std::path::PathBuf;
 
@@ -34,6 +36,8 @@ pub enum Command {
     Produce(produce::ProduceArgs),
     /// Print a topic's messages from an offset, optionally following the log.
     Consume(consume::ConsumeArgs),
+    /// Join a subscription group and print the records pushed to it, acknowledging each batch.
+    Subscribe(subscribe::SubscribeArgs),
     /// Measure throughput and latency against a running node.
     #[command(subcommand)]
     Perf(perf::PerfCommand),

@@ -37,6 +37,9 @@ pub enum PerfCommand {
     DollyPut(super::dolly::DollyPerfArgs),
     /// Dolly Gets/s and latency (of keys an earlier dolly-put wrote).
     DollyGet(super::dolly::DollyPerfArgs),
+    /// Records/s pushed to K subscribers of a group (issue #7), or with --fetch read by K FETCH
+    /// pollers: the same topic, every reader reads N messages.
+    Subscribe(super::perf_subscribe::SubscribePerfArgs),
 }
 
 /// Options of `zper perf produce` (names as ProducerPerformance, §10.2).
@@ -118,6 +121,7 @@ pub fn run(cmd: PerfCommand, targets: &Targets) -> Result<()> {
         PerfCommand::Metadata(a) => super::perf_metadata::run(a, targets),
         PerfCommand::DollyPut(a) => super::dolly::perf(a, zper_wire::dolly::Method::Put, targets),
         PerfCommand::DollyGet(a) => super::dolly::perf(a, zper_wire::dolly::Method::Get, targets),
+        PerfCommand::Subscribe(a) => super::perf_subscribe::run(a, targets),
     }
 }
 

@@ -2,29 +2,110 @@
 //! `NODES`, `TOPIC <name>`, `LEADER` answered from the applied Raft metadata with the frames of
 //! `zper_wire::controller` (documented in docs/protocol.md). A REQ envelope is echoed; malformed
 //! or unknown commands get `[102]`; replies that cannot be delivered are dropped and counted.
-//! Requests are cheap (an in-memory read), so one thread serves them all.
+//! Information requests are cheap (an in-memory read) and answered on this thread.
+//!
+//! `SUBSCRIBE`, `KEEPALIVE` and `UNSUBSCRIBE` (issue #7, `pirius.md` §16.2) are Raft proposals:
+//! each runs as a task on the node's runtime and its reply comes back through a channel, so a
+//! slow commit never holds up other clients. The reply to SUBSCRIBE/KEEPALIVE lists the
+//! subscriber's fragments with the group's committed offsets and the relays that hold them.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tracing::{debug, warn};
+use tracing::{debug, warn, Instrument};
+use zper_raft::metadata::{Applied, Command, MetadataError};
 use zper_raft::ClusterNode;
-use zper_wire::controller::{ControllerReply, ControllerRequest};
+use zper_wire::controller::{ControllerReply, ControllerRequest, Member};
 use zper_wire::Status;
 
 use super::{try_send, POLL_MS};
 use crate::metrics::Counters;
 
+/// What the controller endpoint works with.
+pub(crate) struct Shared {
+    pub(crate) cluster: ClusterNode,
+    pub(crate) runtime: tokio::runtime::Handle,
+    pub(crate) counters: Arc<Counters>,
+    /// Subscriber session lease (`subscription.lease_ms`).
+    pub(crate) lease: Duration,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Commits a subscription request through Raft and builds its reply.
+async fn subscription(
+    cluster: &ClusterNode,
+    request: ControllerRequest,
+    lease: Duration,
+) -> ControllerReply {
+    let lease_ms = lease.as_millis() as u64;
+    let (member, command): (&Member, Command) = match &request {
+        ControllerRequest::Subscribe(m) | ControllerRequest::KeepAlive(m) => (
+            m,
+            Command::Subscribe {
+                topic: m.topic.clone(),
+                group: m.group.clone(),
+                subscriber: m.subscriber.clone(),
+                now_ms: now_ms(),
+                lease_ms,
+            },
+        ),
+        ControllerRequest::Unsubscribe(m) => (
+            m,
+            Command::Unsubscribe {
+                topic: m.topic.clone(),
+                group: m.group.clone(),
+                subscriber: m.subscriber.clone(),
+                now_ms: now_ms(),
+            },
+        ),
+        _ => return ControllerReply::Status(Status::InvalidCommand),
+    };
+    match cluster.propose(command).await {
+        Ok(Ok(Applied::Subscription {
+            fragments,
+            revision,
+        })) => {
+            let meta = cluster.state.cluster_metadata();
+            ControllerReply::Subscription(zper_raft::controller::subscription_info(
+                &meta,
+                &member.topic,
+                &fragments,
+                lease_ms,
+                revision,
+            ))
+        }
+        Ok(Ok(_)) => ControllerReply::Status(Status::Ok),
+        Ok(Err(MetadataError::UnknownTopic(_) | MetadataError::NotAssigned { .. })) => {
+            ControllerReply::Status(Status::InvalidOffset)
+        }
+        Ok(Err(e)) => {
+            debug!(error = %e, "subscription refused");
+            ControllerReply::Status(Status::InvalidCommand)
+        }
+        Err(e) => {
+            warn!(error = %e, "subscription not committed");
+            ControllerReply::Status(Status::InternalError)
+        }
+    }
+}
+
 /// Serves the controller ROUTER until `stop` is set.
-pub(crate) fn run(
-    router: zmq::Socket,
-    cluster: ClusterNode,
-    counters: Arc<Counters>,
-    stop: Arc<AtomicBool>,
-) {
+pub(crate) fn run(router: zmq::Socket, ctx: Shared, stop: Arc<AtomicBool>) {
+    let counters = ctx.counters.clone();
+    let (tx, rx) = crossbeam_channel::unbounded::<Vec<Vec<u8>>>();
     while !stop.load(Ordering::Relaxed) {
-        match router.poll(zmq::POLLIN, POLL_MS) {
+        while let Ok(out) = rx.try_recv() {
+            if !try_send(&router, out) {
+                Counters::add(&counters.replies_dropped, 1);
+            }
+        }
+        match router.poll(zmq::POLLIN, POLL_MS.min(10)) {
             Ok(0) => continue,
             Ok(_) => {}
             Err(e) => {
@@ -37,17 +118,27 @@ pub(crate) fn run(
                 continue;
             };
             let reply = match ControllerRequest::decode(&req.frames) {
-                Ok(req) => {
-                    let now = SystemTime::now()
-                        .duration_since(UNIX_EPOCH)
-                        .map_or(0, |d| d.as_millis() as u64);
-                    zper_raft::controller::answer(
-                        &cluster.state.cluster_metadata(),
-                        cluster.leader(),
-                        &req,
-                        now,
-                    )
+                Ok(
+                    r @ (ControllerRequest::Subscribe(_)
+                    | ControllerRequest::KeepAlive(_)
+                    | ControllerRequest::Unsubscribe(_)),
+                ) => {
+                    let (cluster, tx, lease) = (ctx.cluster.clone(), tx.clone(), ctx.lease);
+                    ctx.runtime.spawn(
+                        async move {
+                            let reply = subscription(&cluster, r, lease).await;
+                            let _ = tx.send(req.reply(reply.into_frames()));
+                        }
+                        .instrument(tracing::debug_span!("controller_subscription")),
+                    );
+                    continue;
                 }
+                Ok(req) => zper_raft::controller::answer(
+                    &ctx.cluster.state.cluster_metadata(),
+                    ctx.cluster.leader(),
+                    &req,
+                    now_ms(),
+                ),
                 Err(e) => {
                     debug!(error = %e, "bad controller request");
                     Counters::add(&counters.bad_requests, 1);

@@ -7,6 +7,7 @@ pub mod dolly;
 pub(crate) mod dolly_leader;
 pub(crate) mod monitor;
 pub mod reader;
+pub(crate) mod relay;
 pub mod writer;
 
 /// How often endpoint loops wake to check for shutdown, ms.

@@ -34,6 +34,7 @@ pub fn test_config(dir: &Path) -> NodeConfig {
     c.ack_bind = "tcp://127.0.0.1:*".into();
     c.controller_bind = "tcp://127.0.0.1:*".into();
     c.replica_bind = "tcp://127.0.0.1:*".into();
+    c.relay_bind = "tcp://127.0.0.1:*".into();
     c.dolly_requests_bind = "tcp://127.0.0.1:*".into();
     c.dolly_updates_bind = "tcp://127.0.0.1:*".into();
     c.dolly_snapshots_bind = "tcp://127.0.0.1:*".into();
@@ -250,10 +251,12 @@ impl ChildNode {
                 "base_dir = {}\nwriter.bind = tcp://127.0.0.1:{w}\nreader.bind = tcp://127.0.0.1:{r}\n\
                  ack.bind = tcp://127.0.0.1:{a}\nhttp.bind = 127.0.0.1:{h}\n\
                  controller.bind = tcp://127.0.0.1:{c}\nreplica.bind = tcp://127.0.0.1:{rp}\n\
+                 relay.bind = tcp://127.0.0.1:{rl}\n\
                  {dolly}{extra}\n",
                 data_dir.display(),
                 c = free_port(),
                 rp = free_port(),
+                rl = free_port(),
             ),
         )
         .expect("write config");

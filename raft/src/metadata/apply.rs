@@ -260,9 +260,12 @@ impl Metadata {
                     .assignment
                     .iter()
                     .filter(|(_, owners)| owners.contains(subscriber))
-                    .map(|(f, _)| (*f, g.offsets.get(f).copied().unwrap_or(0)))
+                    .map(|(f, _)| (*f, g.committed(policy, subscriber, *f)))
                     .collect();
-                Ok(Applied::Subscription { fragments })
+                Ok(Applied::Subscription {
+                    fragments,
+                    revision: index,
+                })
             }
             Command::Unsubscribe {
                 topic,
@@ -296,6 +299,7 @@ impl Metadata {
                 fragment,
                 offset,
             } => {
+                let (policy, _) = self.fragment_shape(topic)?;
                 let g = self
                     .subscriptions
                     .get_mut(topic)
@@ -306,7 +310,13 @@ impl Metadata {
                     .is_some_and(|owners| owners.contains(subscriber));
                 match g {
                     Some(g) if owns => {
-                        let at = g.offsets.entry(*fragment).or_default();
+                        let offsets = match policy {
+                            super::FragmentPolicy::Distribution => &mut g.offsets,
+                            super::FragmentPolicy::Default => {
+                                g.member_offsets.entry(subscriber.clone()).or_default()
+                            }
+                        };
+                        let at = offsets.entry(*fragment).or_default();
                         *at = (*at).max(*offset);
                         Ok(Applied::Done)
                     }
@@ -772,7 +782,7 @@ mod tests {
 
     fn fragments_of(result: CommandResult) -> Vec<u32> {
         match result {
-            Ok(Applied::Subscription { fragments }) => fragments.keys().copied().collect(),
+            Ok(Applied::Subscription { fragments, .. }) => fragments.keys().copied().collect(),
             other => panic!("not a subscription: {other:?}"),
         }
     }
@@ -817,7 +827,7 @@ mod tests {
         // back with the group's offset.
         let renewed = m.apply(&subscribe("g", "a", 2_000));
         match renewed {
-            Ok(Applied::Subscription { fragments }) => {
+            Ok(Applied::Subscription { fragments, .. }) => {
                 assert_eq!(fragments.keys().copied().collect::<Vec<_>>(), [0, 1, 2, 3]);
                 assert_eq!(fragments[&2], 500, "resumes from the committed offset");
             }
@@ -843,6 +853,48 @@ mod tests {
             m.apply(&subscribe("g", "a", 3_000)),
             Err(MetadataError::UnknownTopic(_))
         ));
+    }
+
+    #[test]
+    fn default_policy_members_each_keep_their_own_offsets_and_revisions_are_indexes() {
+        let mut m = Metadata::default();
+        m.apply(&register(1, 0)).expect("register");
+        m.apply(&Command::CreateTopic {
+            name: "t".into(),
+            fragments: Some(2),
+            replication_factor: Some(1),
+            retain_hours: None,
+            policy: FragmentPolicy::Default,
+            now_ms: 0,
+        })
+        .expect("topic");
+        match m.apply_at(&subscribe("g", "a", 0), 77) {
+            Ok(Applied::Subscription {
+                fragments,
+                revision,
+            }) => {
+                assert_eq!(fragments.keys().copied().collect::<Vec<_>>(), [0, 1]);
+                assert_eq!(revision, 77);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(fragments_of(m.apply(&subscribe("g", "b", 0))), [0, 1]);
+        let commit = |who: &str, offset| Command::CommitOffset {
+            topic: "t".into(),
+            group: "g".into(),
+            subscriber: who.into(),
+            fragment: 1,
+            offset,
+        };
+        m.apply(&commit("a", 700)).expect("a reads 1");
+        m.apply(&commit("b", 20)).expect("b reads 1 too");
+        let g = &m.subscriptions["t"]["g"];
+        assert_eq!(g.committed(FragmentPolicy::Default, "a", 1), 700);
+        assert_eq!(g.committed(FragmentPolicy::Default, "b", 1), 20);
+        match m.apply(&subscribe("g", "b", 1)) {
+            Ok(Applied::Subscription { fragments, .. }) => assert_eq!(fragments[&1], 20),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

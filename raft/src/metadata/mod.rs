@@ -105,8 +105,25 @@ pub struct SubscriptionGroup {
     pub members: BTreeMap<subscription::MemberId, u64>,
     /// Fragment -> the members that read it ([`subscription::assign`]).
     pub assignment: subscription::Assignment,
-    /// Fragment -> the offset up to which the group has acknowledged records (bytes).
+    /// Fragment -> the offset up to which the group has acknowledged records (bytes), under
+    /// the `distribution` policy (one owner per fragment).
     pub offsets: BTreeMap<u32, u64>,
+    /// Under the `default` policy every member reads every fragment, so each member's progress
+    /// is its own: member -> fragment -> acknowledged offset (kept after it leaves, so a member
+    /// that rejoins resumes where it stopped).
+    #[serde(default)]
+    pub member_offsets: BTreeMap<subscription::MemberId, BTreeMap<u32, u64>>,
+}
+
+impl SubscriptionGroup {
+    /// Where `member` resumes `fragment` under `policy`: the committed offset (0 when none).
+    pub fn committed(&self, policy: FragmentPolicy, member: &str, fragment: u32) -> u64 {
+        let offsets = match policy {
+            FragmentPolicy::Distribution => Some(&self.offsets),
+            FragmentPolicy::Default => self.member_offsets.get(member),
+        };
+        offsets.and_then(|o| o.get(&fragment)).copied().unwrap_or(0)
+    }
 }
 
 /// How long a Dolly request's outcome is kept after its deadline, ms: longer than any clock
@@ -331,6 +348,9 @@ pub enum Applied {
     Subscription {
         /// Fragment -> committed offset (0 when none), for the fragments this subscriber reads.
         fragments: BTreeMap<u32, u64>,
+        /// The Raft index that applied it (relays judge assignment once they applied it).
+        #[serde(default)]
+        revision: u64,
     },
 }
 

@@ -1,0 +1,162 @@
+//! `zper subscribe`: join a subscription group (issue #7) and print the records pushed to this
+//! member, acknowledging each batch once printed (so the group's committed offset follows what
+//! was printed), optionally sending a result back to each record's producer.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+
+use super::client::{endpoint, Targets};
+use crate::subscriber::{Event, Subscriber, SubscriberOptions};
+
+/// Options of `zper subscribe`.
+#[derive(Debug, Args)]
+pub struct SubscribeArgs {
+    /// Topic.
+    #[arg(long, short = 't')]
+    pub topic: String,
+    /// Subscription group: members share a `distribution` topic's fragments; every member of a
+    /// `default` topic gets every fragment.
+    #[arg(long, short = 'g', default_value = "zper-cli")]
+    pub group: String,
+    /// This member's id within the group (default: zper-<pid>).
+    #[arg(long)]
+    pub id: Option<String>,
+    /// Controller endpoints, comma-separated (default: from --config, else
+    /// tcp://127.0.0.1:5558).
+    #[arg(long, short = 'c', value_delimiter = ',')]
+    pub controller: Vec<String>,
+    /// Messages per pushed batch.
+    #[arg(long, default_value_t = 100)]
+    pub batch: u32,
+    /// How long a partial batch may wait for more, ms.
+    #[arg(long, default_value_t = 0)]
+    pub flush_ms: u32,
+    /// Messages pushed and not yet acknowledged before the node pauses.
+    #[arg(long, default_value_t = 1000)]
+    pub window: u32,
+    /// Stop after this many messages (0: run until interrupted).
+    #[arg(long, short = 'n', default_value_t = 0)]
+    pub max_messages: u64,
+    /// Stop after this long without a message, ms (0: never).
+    #[arg(long, default_value_t = 0)]
+    pub idle_ms: u64,
+    /// Print each message's fragment and offset before it.
+    #[arg(long)]
+    pub offsets: bool,
+    /// Send this text, appended to each record's last frame, back to its producer as a
+    /// result (Pirius' retrievable pattern; producers listen with a RESULTS registration).
+    #[arg(long)]
+    pub result_suffix: Option<String>,
+    /// Leave the group when done (otherwise the session simply lapses after its lease).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub leave: bool,
+}
+
+/// Runs `zper subscribe`: one line per message, its frames (lossy UTF-8) joined by a tab.
+pub fn run(args: SubscribeArgs, targets: &Targets) -> Result<()> {
+    if args.batch == 0 || args.window == 0 {
+        bail!("--batch and --window must be at least 1");
+    }
+    let controllers: Vec<String> = if args.controller.is_empty() {
+        vec![targets.controller.clone()]
+    } else {
+        args.controller.iter().map(|c| endpoint(c)).collect()
+    };
+    let id = args
+        .id
+        .clone()
+        .unwrap_or_else(|| format!("zper-{}", std::process::id()));
+    let mut opts = SubscriberOptions::new(controllers.clone(), &args.topic, &args.group, &id);
+    opts.max_batch = args.batch;
+    opts.flush_ms = args.flush_ms;
+    opts.window = args.window;
+    let mut sub = Subscriber::subscribe(opts).with_context(|| {
+        format!(
+            "subscribing to {} as {}/{} through {}",
+            args.topic,
+            args.group,
+            id,
+            controllers.join(",")
+        )
+    })?;
+    eprintln!(
+        "subscribed to {} as {}/{}: fragments {:?}",
+        args.topic,
+        args.group,
+        id,
+        sub.fragments()
+    );
+    let out = std::io::stdout();
+    let mut out = out.lock();
+    let mut seen = 0u64;
+    let mut last = Instant::now();
+    'outer: loop {
+        for event in sub.poll(Duration::from_millis(100))? {
+            match event {
+                Event::Batch {
+                    fragment,
+                    messages,
+                    end,
+                } => {
+                    last = Instant::now();
+                    for m in &messages {
+                        if args.offsets {
+                            write!(out, "{fragment}\t{}\t", m.offset)?;
+                        }
+                        let text: Vec<String> = m
+                            .frames
+                            .iter()
+                            .map(|f| String::from_utf8_lossy(f).into_owned())
+                            .collect();
+                        writeln!(out, "{}", text.join("\t"))?;
+                        if let Some(suffix) = &args.result_suffix {
+                            let id = m.frames.first().cloned().unwrap_or_default();
+                            let mut payload = m.frames.last().cloned().unwrap_or_default();
+                            payload.extend_from_slice(suffix.as_bytes());
+                            sub.send_result(fragment, m.offset, &id, &payload)?;
+                        }
+                        seen += 1;
+                        if args.max_messages > 0 && seen >= args.max_messages {
+                            out.flush()?;
+                            // Acknowledge only up to what was printed.
+                            let upto = messages
+                                .iter()
+                                .find(|x| x.offset > m.offset)
+                                .map_or(end, |x| x.offset);
+                            sub.ack(fragment, upto)?;
+                            break 'outer;
+                        }
+                    }
+                    out.flush()?;
+                    sub.ack(fragment, end)?;
+                }
+                Event::Assigned(f) => eprintln!("fragments now {f:?}"),
+                Event::Revoked { fragment, reason } => {
+                    eprintln!("fragment {fragment} revoked: {reason}")
+                }
+                Event::Acked { .. } | Event::Result(_) => {}
+            }
+        }
+        if args.idle_ms > 0 && last.elapsed() >= Duration::from_millis(args.idle_ms) {
+            break;
+        }
+    }
+    // Give the last acknowledgement a moment to commit before leaving.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        if sub
+            .poll(Duration::from_millis(100))?
+            .iter()
+            .any(|e| matches!(e, Event::Acked { .. }))
+        {
+            break;
+        }
+    }
+    if args.leave {
+        sub.unsubscribe().context("leaving the group")?;
+    }
+    Ok(())
+}

@@ -1,0 +1,673 @@
+//! Relay endpoint (`relay.bind`, default `tcp://*:5559`; the README's ZPRelay, issue #7): push
+//! delivery of a subscription group's fragments, committed progress, and the results
+//! back-channel. Frames: `zper_wire::relay` (docs/protocol.md "Subscriptions").
+//!
+//! - `STREAM` starts pushing one fragment of this node's copy to the subscriber from an offset,
+//!   in batches of `max batch` messages (a partial batch waits up to `flush ms` for more:
+//!   Pirius' `max_batch_size` / `flush_interval`, `pirius.md` §11), only up to the high-water
+//!   mark.
+//! - Flow control: at most `window` messages are pushed and not yet acknowledged. Nothing is
+//!   buffered on the node beyond one batch being sent: a stream remembers only its next offset
+//!   and reads from the segment files (the page cache) when it may send again, so a stalled
+//!   subscriber costs a few bytes of state plus what libzmq queues for it (bounded by the
+//!   window and `RELAY_HWM`), never a growing buffer.
+//! - `ACK` refills the window and commits the group's offset through Raft
+//!   ([`zper_raft::metadata::Command::CommitOffset`], `pirius.md` §16.2), at most one proposal
+//!   in flight per (group, subscriber, fragment), later acks coalesced. The subscriber gets
+//!   `ACKED` once committed, or `REVOKED` when the fragment is no longer its own (its
+//!   unacknowledged records then go to the new owner from the committed offset: exactly-once
+//!   hand-over of acknowledged records, §15.1 scenario 6).
+//! - A stream whose fragment is no longer assigned to its subscriber (judged once this node
+//!   has applied the revision the subscriber was given) is ended with `REVOKED`.
+//! - `RESULT` (§13): delivered to producers registered here with `RESULTS` whose prefix
+//!   matches the record's id, and passed on to every other node's relay (`RESULT-FWD`), so a
+//!   producer may register on any node. Best effort, as in Pirius.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use tracing::{debug, warn};
+use zper_raft::metadata::{Command, MetadataError};
+use zper_raft::ClusterNode;
+use zper_store::{log_key, Store, StoreError};
+use zper_wire::relay::{
+    AckRequest, PushedMessage, RelayReply, RelayRequest, ResultMessage, StreamRequest,
+    RESULTS_LEASE_MS,
+};
+
+use super::POLL_MS;
+use crate::metrics::Counters;
+
+/// Messages libzmq may queue per subscriber connection before a push is deferred.
+pub const RELAY_HWM: i32 = 1000;
+/// Bytes read from disk per batch (a single larger message is read whole).
+const BATCH_BYTES: u64 = 1 << 20;
+/// How often streams re-check that their fragment is still assigned, and registrations expire.
+const CHECK_EVERY: Duration = Duration::from_millis(200);
+/// Wait before retrying a commit that could not be proposed (no quorum, election).
+const COMMIT_RETRY: Duration = Duration::from_millis(500);
+/// Results queued per peer relay before further ones are dropped.
+const PEER_HWM: i32 = 10_000;
+
+/// What the relay works with.
+pub(crate) struct Shared {
+    pub(crate) cluster: ClusterNode,
+    pub(crate) runtime: tokio::runtime::Handle,
+    pub(crate) store: Arc<Store>,
+    pub(crate) counters: Arc<Counters>,
+    /// This node's own relay endpoint as advertised (not forwarded to itself).
+    pub(crate) advertised: String,
+}
+
+/// A stream is one connection's subscription to one fragment.
+type StreamKey = (Vec<u8>, String, u32);
+/// Commits are per subscriber and fragment (whatever connection acked).
+type CommitKey = (String, String, String, u32);
+
+struct Stream {
+    group: String,
+    subscriber: String,
+    next: u64,
+    max_batch: u32,
+    flush_ms: u32,
+    window: u32,
+    revision: u64,
+    /// Batches pushed and not acknowledged: (end offset, messages).
+    inflight: VecDeque<(u64, u32)>,
+    /// When a partial batch was first seen (flush timer), and the visible end then.
+    partial: Option<(Instant, u64)>,
+}
+
+impl Stream {
+    fn unacked(&self) -> u32 {
+        self.inflight.iter().map(|(_, n)| n).sum()
+    }
+
+    fn acked(&mut self, offset: u64) {
+        while self.inflight.front().is_some_and(|(end, _)| *end <= offset) {
+            self.inflight.pop_front();
+        }
+    }
+}
+
+#[derive(Default)]
+struct CommitState {
+    /// Highest offset acknowledged.
+    wanted: u64,
+    /// Highest offset committed.
+    committed: u64,
+    in_flight: bool,
+    retry_at: Option<Instant>,
+    /// Connection to answer.
+    routing_id: Vec<u8>,
+}
+
+/// The outcome of one commit proposal.
+struct CommitDone {
+    key: CommitKey,
+    offset: u64,
+    /// Ok(Ok) committed; Ok(Err(reason)) refused (not assigned, unknown topic); Err: retry.
+    result: Result<Result<(), String>, String>,
+}
+
+struct Registration {
+    routing_id: Vec<u8>,
+    topic: String,
+    prefix: Vec<u8>,
+    until: Instant,
+}
+
+struct Relay {
+    ctx: Shared,
+    router: zmq::Socket,
+    zctx: zmq::Context,
+    streams: HashMap<StreamKey, Stream>,
+    commits: HashMap<CommitKey, CommitState>,
+    done_tx: Sender<CommitDone>,
+    done_rx: Receiver<CommitDone>,
+    registrations: Vec<Registration>,
+    peers: HashMap<String, zmq::Socket>,
+    last_check: Instant,
+}
+
+/// Serves the relay ROUTER until `stop`.
+pub(crate) fn run(zctx: zmq::Context, router: zmq::Socket, ctx: Shared, stop: Arc<AtomicBool>) {
+    let (done_tx, done_rx) = crossbeam_channel::unbounded();
+    let mut relay = Relay {
+        ctx,
+        router,
+        zctx,
+        streams: HashMap::new(),
+        commits: HashMap::new(),
+        done_tx,
+        done_rx,
+        registrations: Vec::new(),
+        peers: HashMap::new(),
+        last_check: Instant::now(),
+    };
+    while !stop.load(Ordering::Relaxed) {
+        relay.settle_commits();
+        // Short waits while streams may have data to push; the loop re-reads visible ends.
+        let wait = if relay.streams.is_empty() { POLL_MS } else { 2 };
+        match relay.router.poll(zmq::POLLIN, wait) {
+            Ok(_) => {}
+            Err(e) => {
+                warn!(error = %e, "relay poll failed");
+                break;
+            }
+        }
+        for _ in 0..1024 {
+            match relay.router.recv_multipart(zmq::DONTWAIT) {
+                Ok(frames) => relay.request(frames),
+                Err(_) => break,
+            }
+        }
+        relay.pump_all();
+        if relay.last_check.elapsed() >= CHECK_EVERY {
+            relay.last_check = Instant::now();
+            relay.check_assignments();
+            relay.registrations.retain(|r| r.until > Instant::now());
+        }
+    }
+    debug!("relay endpoint stopped");
+}
+
+enum Sent {
+    Ok,
+    /// The connection is full: try again later.
+    Full,
+    /// The peer is gone.
+    Gone,
+}
+
+impl Relay {
+    fn send(&self, routing_id: &[u8], reply: RelayReply) -> Sent {
+        let mut frames = vec![routing_id.to_vec()];
+        frames.extend(reply.into_frames());
+        match self.router.send_multipart(frames, zmq::DONTWAIT) {
+            Ok(()) => Sent::Ok,
+            Err(zmq::Error::EAGAIN) => Sent::Full,
+            Err(_) => Sent::Gone,
+        }
+    }
+
+    fn request(&mut self, frames: Vec<Vec<u8>>) {
+        let Some((routing_id, rest)) = frames.split_first() else {
+            return;
+        };
+        let counters = self.ctx.counters.clone();
+        match RelayRequest::decode(rest) {
+            Ok(RelayRequest::Stream(s)) => self.stream(routing_id, s),
+            Ok(RelayRequest::Ack(a)) => self.ack(routing_id, a),
+            Ok(RelayRequest::Result(r)) => {
+                Counters::add(&counters.relay.result_received, 1);
+                self.forward(&r);
+                self.deliver(&r);
+            }
+            Ok(RelayRequest::Forwarded(r)) => {
+                Counters::add(&counters.relay.result_received, 1);
+                self.deliver(&r);
+            }
+            Ok(RelayRequest::Results { topic, prefix }) => {
+                self.registrations.retain(|r| {
+                    !(r.routing_id == *routing_id && r.topic == topic && r.prefix == prefix)
+                });
+                self.registrations.push(Registration {
+                    routing_id: routing_id.clone(),
+                    topic: topic.clone(),
+                    prefix: prefix.clone(),
+                    until: Instant::now() + Duration::from_millis(RESULTS_LEASE_MS),
+                });
+                let _ = self.send(
+                    routing_id,
+                    RelayReply::Registered {
+                        topic,
+                        prefix,
+                        lease_ms: RESULTS_LEASE_MS,
+                    },
+                );
+            }
+            Err(e) => {
+                debug!(error = %e, "bad relay request");
+                Counters::add(&counters.relay.bad_request, 1);
+                let _ = self.send(routing_id, RelayReply::Error(e.to_string()));
+            }
+        }
+    }
+
+    fn stream(&mut self, routing_id: &[u8], s: StreamRequest) {
+        let _span =
+            tracing::debug_span!("relay_stream", topic = %s.topic, fragment = s.fragment).entered();
+        // A fragment this node holds no copy of cannot be served here.
+        let me = self.ctx.cluster.id;
+        let held = self
+            .ctx
+            .cluster
+            .state
+            .with_metadata(|m| {
+                m.topics.get(&s.topic).map(|t| {
+                    t.fragments
+                        .iter()
+                        .any(|f| f.id == s.fragment && f.replicas.contains(&me))
+                })
+            })
+            .flatten();
+        if held != Some(true) {
+            let reason = match held {
+                None => "unknown topic".to_owned(),
+                Some(_) => format!("node {me} holds no copy of fragment {}", s.fragment),
+            };
+            Counters::add(&self.ctx.counters.relay.revoked, 1);
+            let _ = self.send(
+                routing_id,
+                RelayReply::Revoked {
+                    topic: s.topic,
+                    fragment: s.fragment,
+                    reason,
+                },
+            );
+            return;
+        }
+        // Offsets before the oldest segment (retention) start at the oldest record.
+        let mut next = s.offset;
+        if let Some(log) = self.ctx.store.topic(&log_key(&s.topic, s.fragment)) {
+            if let Ok(starts) = log.segment_starts() {
+                if let Some(first) = starts.first() {
+                    next = next.max(*first);
+                }
+            }
+        }
+        Counters::add(&self.ctx.counters.relay.stream_started, 1);
+        self.streams.insert(
+            (routing_id.to_vec(), s.topic.clone(), s.fragment),
+            Stream {
+                group: s.group,
+                subscriber: s.subscriber,
+                next,
+                max_batch: s.max_batch,
+                flush_ms: s.flush_ms,
+                window: s.window,
+                revision: s.revision,
+                inflight: VecDeque::new(),
+                partial: None,
+            },
+        );
+    }
+
+    fn ack(&mut self, routing_id: &[u8], a: AckRequest) {
+        if let Some(s) = self
+            .streams
+            .get_mut(&(routing_id.to_vec(), a.topic.clone(), a.fragment))
+        {
+            s.acked(a.offset);
+        }
+        let key = (a.topic, a.group, a.subscriber, a.fragment);
+        let c = self.commits.entry(key.clone()).or_default();
+        c.wanted = c.wanted.max(a.offset);
+        c.routing_id = routing_id.to_vec();
+        if c.wanted <= c.committed && !c.in_flight {
+            // Already committed (a repeated ack): confirm at once.
+            let offset = c.committed;
+            let _ = self.send(
+                routing_id,
+                RelayReply::Acked {
+                    topic: key.0,
+                    fragment: key.3,
+                    offset,
+                },
+            );
+            return;
+        }
+        self.start_commit(&key);
+    }
+
+    fn start_commit(&mut self, key: &CommitKey) {
+        let Some(c) = self.commits.get_mut(key) else {
+            return;
+        };
+        if c.in_flight || c.wanted <= c.committed {
+            return;
+        }
+        if c.retry_at.is_some_and(|t| t > Instant::now()) {
+            return;
+        }
+        c.in_flight = true;
+        c.retry_at = None;
+        let offset = c.wanted;
+        let (cluster, tx, key) = (self.ctx.cluster.clone(), self.done_tx.clone(), key.clone());
+        let command = Command::CommitOffset {
+            topic: key.0.clone(),
+            group: key.1.clone(),
+            subscriber: key.2.clone(),
+            fragment: key.3,
+            offset,
+        };
+        self.ctx.runtime.spawn(async move {
+            let result = match cluster.propose(command).await {
+                Ok(Ok(_)) => Ok(Ok(())),
+                Ok(Err(e)) => Ok(Err(refusal(&e))),
+                Err(e) => Err(e.to_string()),
+            };
+            let _ = tx.send(CommitDone {
+                key,
+                offset,
+                result,
+            });
+        });
+    }
+
+    fn settle_commits(&mut self) {
+        let done: Vec<CommitDone> = self.done_rx.try_iter().collect();
+        for d in done {
+            let Some(c) = self.commits.get_mut(&d.key) else {
+                continue;
+            };
+            c.in_flight = false;
+            let routing_id = c.routing_id.clone();
+            match d.result {
+                Ok(Ok(())) => {
+                    c.committed = c.committed.max(d.offset);
+                    Counters::add(&self.ctx.counters.relay.commit_ok, 1);
+                    let _ = self.send(
+                        &routing_id,
+                        RelayReply::Acked {
+                            topic: d.key.0.clone(),
+                            fragment: d.key.3,
+                            offset: d.offset,
+                        },
+                    );
+                    self.start_commit(&d.key);
+                }
+                Ok(Err(reason)) => {
+                    // Not this subscriber's (any more): end its stream; forget the commit.
+                    self.commits.remove(&d.key);
+                    let (topic, fragment) = (d.key.0.clone(), d.key.3);
+                    self.streams.retain(|(_, t, f), s| {
+                        !(*t == topic && *f == fragment && s.subscriber == d.key.2)
+                    });
+                    Counters::add(&self.ctx.counters.relay.revoked, 1);
+                    let _ = self.send(
+                        &routing_id,
+                        RelayReply::Revoked {
+                            topic,
+                            fragment,
+                            reason,
+                        },
+                    );
+                }
+                Err(e) => {
+                    debug!(error = %e, "commit not proposed; retrying");
+                    c.retry_at = Some(Instant::now() + COMMIT_RETRY);
+                }
+            }
+        }
+        // Commits waiting for a retry.
+        let due: Vec<CommitKey> = self
+            .commits
+            .iter()
+            .filter(|(_, c)| {
+                !c.in_flight
+                    && c.wanted > c.committed
+                    && c.retry_at.is_some_and(|t| t <= Instant::now())
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in due {
+            if let Some(c) = self.commits.get_mut(&key) {
+                c.retry_at = None;
+            }
+            self.start_commit(&key);
+        }
+        if self.commits.len() > 100_000 {
+            self.commits
+                .retain(|_, c| c.in_flight || c.wanted > c.committed);
+        }
+    }
+
+    fn pump_all(&mut self) {
+        let keys: Vec<StreamKey> = self.streams.keys().cloned().collect();
+        for key in keys {
+            // Several batches per turn when the subscriber keeps up.
+            for _ in 0..16 {
+                match self.pump(&key) {
+                    Pumped::Sent => continue,
+                    Pumped::Idle => break,
+                    Pumped::Drop => {
+                        self.streams.remove(&key);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    fn pump(&mut self, key: &StreamKey) -> Pumped {
+        let (routing_id, topic, fragment) = key;
+        let Some(s) = self.streams.get_mut(key) else {
+            return Pumped::Idle;
+        };
+        let unacked = s.unacked();
+        if unacked >= s.window {
+            Counters::add(&self.ctx.counters.relay.window_full, 1);
+            return Pumped::Idle;
+        }
+        let Some(log) = self.ctx.store.topic(&log_key(topic, *fragment)) else {
+            return Pumped::Idle; // this copy has nothing yet
+        };
+        let Ok(end) = log.visible_end() else {
+            return Pumped::Idle;
+        };
+        if end <= s.next {
+            s.partial = None;
+            return Pumped::Idle;
+        }
+        let room = s.max_batch.min(s.window - unacked) as usize;
+        if let Some((since, seen_end)) = s.partial {
+            // Waiting for a partial batch to fill: nothing new and not yet due.
+            if end == seen_end && since.elapsed() < Duration::from_millis(u64::from(s.flush_ms)) {
+                return Pumped::Idle;
+            }
+        }
+        let (messages, after) = match log.messages(s.next, room, BATCH_BYTES) {
+            Ok(m) => m,
+            Err(StoreError::InvalidOffset { .. }) => {
+                let reason = format!("offset {} is not a record boundary of this copy", s.next);
+                let _ = self.send(routing_id, RelayReply::Error(reason));
+                return Pumped::Drop;
+            }
+            Err(e) => {
+                warn!(error = %e, "relay read failed");
+                return Pumped::Idle;
+            }
+        };
+        if messages.is_empty() {
+            return Pumped::Idle;
+        }
+        let full = messages.len() >= room;
+        if !full && s.flush_ms > 0 {
+            match s.partial {
+                None => {
+                    s.partial = Some((Instant::now(), end));
+                    return Pumped::Idle;
+                }
+                Some((since, _))
+                    if since.elapsed() < Duration::from_millis(u64::from(s.flush_ms)) =>
+                {
+                    s.partial = Some((since, end));
+                    return Pumped::Idle;
+                }
+                Some(_) => {}
+            }
+        }
+        // Push only while the fragment is still this subscriber's (as far as this node has
+        // applied): a member that lost it gets nothing more.
+        let (group, subscriber, revision) = (s.group.clone(), s.subscriber.clone(), s.revision);
+        if !self.owns(topic, &group, *fragment, &subscriber, revision) {
+            self.revoke(key);
+            return Pumped::Drop;
+        }
+        let count = messages.len() as u32;
+        let batch = RelayReply::Records {
+            topic: topic.clone(),
+            fragment: *fragment,
+            end: after,
+            messages: messages
+                .into_iter()
+                .map(|(offset, frames)| PushedMessage { offset, frames })
+                .collect(),
+        };
+        match self.send(routing_id, batch) {
+            Sent::Ok => {
+                let counters = self.ctx.counters.clone();
+                if let Some(s) = self.streams.get_mut(key) {
+                    s.next = after;
+                    s.partial = None;
+                    s.inflight.push_back((after, count));
+                }
+                Counters::add(&counters.relay.batch_pushed, 1);
+                Counters::add(&counters.relay.message_pushed, u64::from(count));
+                Pumped::Sent
+            }
+            Sent::Full => {
+                Counters::add(&self.ctx.counters.relay.push_deferred, 1);
+                Pumped::Idle
+            }
+            Sent::Gone => Pumped::Drop,
+        }
+    }
+
+    /// Whether `subscriber` reads `fragment` in this node's applied metadata. Before this node
+    /// has applied `revision` (the assignment the subscriber was given) it is taken on trust.
+    fn owns(
+        &self,
+        topic: &str,
+        group: &str,
+        fragment: u32,
+        subscriber: &str,
+        revision: u64,
+    ) -> bool {
+        self.ctx
+            .cluster
+            .state
+            .with_applied(|m, applied| {
+                applied < revision
+                    || m.subscriptions
+                        .get(topic)
+                        .and_then(|gs| gs.get(group))
+                        .and_then(|g| g.assignment.get(&fragment))
+                        .is_some_and(|owners| owners.iter().any(|o| o == subscriber))
+            })
+            .unwrap_or(true)
+    }
+
+    /// Ends a stream with REVOKED.
+    fn revoke(&mut self, key: &StreamKey) {
+        self.streams.remove(key);
+        Counters::add(&self.ctx.counters.relay.revoked, 1);
+        let _ = self.send(
+            &key.0,
+            RelayReply::Revoked {
+                topic: key.1.clone(),
+                fragment: key.2,
+                reason: "not assigned to this subscriber".into(),
+            },
+        );
+    }
+
+    /// Ends idle streams whose fragment is no longer their subscriber's (streams with data
+    /// are checked before every push).
+    fn check_assignments(&mut self) {
+        let revoked: Vec<StreamKey> = self
+            .streams
+            .iter()
+            .filter(|(key, s)| !self.owns(&key.1, &s.group, key.2, &s.subscriber, s.revision))
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in revoked {
+            self.revoke(&key);
+        }
+    }
+
+    fn deliver(&mut self, r: &ResultMessage) {
+        let now = Instant::now();
+        let targets: Vec<Vec<u8>> = self
+            .registrations
+            .iter()
+            .filter(|g| g.until > now && g.topic == r.topic && r.id.starts_with(&g.prefix))
+            .map(|g| g.routing_id.clone())
+            .collect();
+        for t in targets {
+            match self.send(&t, RelayReply::Result(r.clone())) {
+                Sent::Ok => Counters::add(&self.ctx.counters.relay.result_delivered, 1),
+                Sent::Full => Counters::add(&self.ctx.counters.relay.result_dropped, 1),
+                Sent::Gone => {
+                    Counters::add(&self.ctx.counters.relay.result_dropped, 1);
+                    self.registrations.retain(|g| g.routing_id != t);
+                }
+            }
+        }
+    }
+
+    /// Passes a subscriber's result on to every other node's relay.
+    fn forward(&mut self, r: &ResultMessage) {
+        let relays: Vec<String> = self
+            .ctx
+            .cluster
+            .state
+            .with_metadata(|m| {
+                m.nodes
+                    .values()
+                    .map(|n| n.endpoints.relay.clone())
+                    .filter(|e| !e.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default();
+        for relay in relays {
+            if relay == self.ctx.advertised {
+                continue;
+            }
+            if !self.peers.contains_key(&relay) {
+                match self.peer(&relay) {
+                    Ok(s) => {
+                        self.peers.insert(relay.clone(), s);
+                    }
+                    Err(e) => {
+                        warn!(relay = %relay, error = %e, "cannot connect to peer relay");
+                        continue;
+                    }
+                }
+            }
+            if let Some(p) = self.peers.get(&relay) {
+                let frames = r.frames(zper_wire::relay::RESULT_FWD);
+                if p.send_multipart(frames, zmq::DONTWAIT).is_err() {
+                    Counters::add(&self.ctx.counters.relay.result_dropped, 1);
+                }
+            }
+        }
+    }
+
+    fn peer(&self, endpoint: &str) -> Result<zmq::Socket, zmq::Error> {
+        let s = self.zctx.socket(zmq::DEALER)?;
+        s.set_linger(0)?;
+        s.set_sndhwm(PEER_HWM)?;
+        s.connect(endpoint)?;
+        Ok(s)
+    }
+}
+
+/// Why a commit was refused, for the REVOKED reply.
+fn refusal(e: &MetadataError) -> String {
+    match e {
+        MetadataError::NotAssigned { .. } => "not assigned to this subscriber".into(),
+        other => other.to_string(),
+    }
+}
+
+enum Pumped {
+    Sent,
+    Idle,
+    Drop,
+}

@@ -1,0 +1,586 @@
+//! The relay endpoint's frames (issue #7; the README's ZPRelay, Pirius push delivery of
+//! `pirius.md` §11 "Serving subscribers" and the retrievable back-channel of §13): a subscriber's
+//! DEALER asks for its assigned fragments once and the node pushes their records in batches as
+//! they pass the high-water mark, within a credit window that the subscriber's ACKs refill.
+//!
+//! ```text
+//! subscriber -> relay
+//!   [STREAM][topic][group][subscriber][fragment:4][offset:8][max batch:4][flush ms:4]
+//!           [window:4][revision:8]           push `fragment` from `offset` (restarts a stream)
+//!   [ACK][topic][group][subscriber][fragment:4][offset:8]
+//!                                            processed up to `offset`: refills the window and
+//!                                            commits the group's offset through Raft
+//!   [RESULT][topic][fragment:4][offset:8][id][payload]
+//!                                            a result for the record at `offset` whose first
+//!                                            frame (ZPER message id) is `id` (§13)
+//! producer -> relay
+//!   [RESULTS][topic][id prefix]              receive results of `topic` whose id starts with the
+//!                                            prefix, for RESULTS_LEASE_MS (send again to renew)
+//! relay -> client
+//!   [RECORDS][topic][fragment:4][end:8] then per message [offset:8][frame count:4][frames]...
+//!                                            a batch; `end` = offset after its last message
+//!   [ACKED][topic][fragment:4][offset:8]     the group's offset is committed up to `offset`
+//!   [REVOKED][topic][fragment:4][reason]     the fragment is no longer this subscriber's; the
+//!                                            stream ended (unacknowledged records go to the
+//!                                            fragment's new owner from the committed offset)
+//!   [REGISTERED][topic][id prefix][lease ms:8]
+//!   [RESULT][topic][fragment:4][offset:8][id][payload]     to registered producers
+//!   [ERROR][reason]                          malformed request; nothing changed
+//! node -> node
+//!   [RESULT-FWD] + the RESULT frames         a result passed on to every other node's relay
+//! ```
+//! All numbers are big-endian. Decoders are total: any frames give a value or an error.
+
+use thiserror::Error;
+
+/// Command and reply words.
+pub const STREAM: &[u8] = b"STREAM";
+/// Command and reply words.
+pub const ACK: &[u8] = b"ACK";
+/// Command and reply words.
+pub const RESULT: &[u8] = b"RESULT";
+/// Command and reply words.
+pub const RESULTS: &[u8] = b"RESULTS";
+/// Command and reply words.
+pub const RESULT_FWD: &[u8] = b"RESULT-FWD";
+/// Command and reply words.
+pub const RECORDS: &[u8] = b"RECORDS";
+/// Command and reply words.
+pub const ACKED: &[u8] = b"ACKED";
+/// Command and reply words.
+pub const REVOKED: &[u8] = b"REVOKED";
+/// Command and reply words.
+pub const REGISTERED: &[u8] = b"REGISTERED";
+/// Command and reply words.
+pub const ERROR: &[u8] = b"ERROR";
+
+/// How long a RESULTS registration lasts, ms.
+pub const RESULTS_LEASE_MS: u64 = 60_000;
+
+/// Largest `window` (messages pushed and not yet acknowledged) a STREAM may ask for.
+pub const MAX_WINDOW: u32 = 100_000;
+
+/// A STREAM request: push `fragment` of `topic` from `offset`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamRequest {
+    /// Topic.
+    pub topic: String,
+    /// Subscription group.
+    pub group: String,
+    /// Subscriber id.
+    pub subscriber: String,
+    /// Fragment id.
+    pub fragment: u32,
+    /// First offset to push (a record boundary; the committed offset or later).
+    pub offset: u64,
+    /// Messages per batch, at least 1 (Pirius `max_batch_size`).
+    pub max_batch: u32,
+    /// How long a partial batch may wait for more messages, ms (Pirius `flush_interval`; 0 =
+    /// send what is there at once).
+    pub flush_ms: u32,
+    /// Messages pushed and not yet acknowledged before the relay pauses, 1..=[`MAX_WINDOW`].
+    pub window: u32,
+    /// Raft index of the assignment the subscriber holds (from SUBSCRIBE/KEEPALIVE).
+    pub revision: u64,
+}
+
+/// An ACK: the subscriber has processed `fragment` up to `offset`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AckRequest {
+    /// Topic.
+    pub topic: String,
+    /// Group.
+    pub group: String,
+    /// Subscriber id.
+    pub subscriber: String,
+    /// Fragment id.
+    pub fragment: u32,
+    /// Offset after the last processed message.
+    pub offset: u64,
+}
+
+/// A result sent back for one record (§13).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResultMessage {
+    /// Topic.
+    pub topic: String,
+    /// Fragment of the record.
+    pub fragment: u32,
+    /// Offset of the record.
+    pub offset: u64,
+    /// The record's ZPER message id (its first frame).
+    pub id: Vec<u8>,
+    /// The result.
+    pub payload: Vec<u8>,
+}
+
+/// A decoded request to the relay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RelayRequest {
+    /// Start or restart pushing a fragment.
+    Stream(StreamRequest),
+    /// Acknowledge.
+    Ack(AckRequest),
+    /// A subscriber's result.
+    Result(ResultMessage),
+    /// A result forwarded by another node (delivered locally only).
+    Forwarded(ResultMessage),
+    /// A producer registers for results: topic and id prefix.
+    Results {
+        /// Topic.
+        topic: String,
+        /// Id prefix (empty = every result of the topic).
+        prefix: Vec<u8>,
+    },
+}
+
+/// Why a relay request is malformed.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum RelayError {
+    /// No frames.
+    #[error("empty request")]
+    Empty,
+    /// Unknown command word.
+    #[error("unknown relay command {0:?}")]
+    UnknownCommand(String),
+    /// Wrong frame count.
+    #[error("{0} takes {1} frames")]
+    FrameCount(&'static str, usize),
+    /// A number frame of the wrong width.
+    #[error("{0} must be {1} bytes")]
+    Number(&'static str, usize),
+    /// Topic, group or subscriber invalid.
+    #[error("invalid {0}")]
+    Name(&'static str),
+    /// A batch size, window out of range.
+    #[error("{0} out of range")]
+    Range(&'static str),
+}
+
+fn u32_of(f: &[u8], what: &'static str) -> Result<u32, RelayError> {
+    Ok(u32::from_be_bytes(
+        f.try_into().map_err(|_| RelayError::Number(what, 4))?,
+    ))
+}
+
+fn u64_of(f: &[u8], what: &'static str) -> Result<u64, RelayError> {
+    Ok(u64::from_be_bytes(
+        f.try_into().map_err(|_| RelayError::Number(what, 8))?,
+    ))
+}
+
+fn topic_of(f: &[u8]) -> Result<String, RelayError> {
+    crate::identity::validate_topic(f).map_err(|_| RelayError::Name("topic"))?;
+    Ok(String::from_utf8_lossy(f).into_owned())
+}
+
+fn name_of(f: &[u8], what: &'static str) -> Result<String, RelayError> {
+    if f.is_empty() || f.len() > 64 || !f.iter().all(|b| b.is_ascii_graphic()) {
+        return Err(RelayError::Name(what));
+    }
+    Ok(String::from_utf8_lossy(f).into_owned())
+}
+
+fn result_of<F: AsRef<[u8]>>(args: &[F], word: &'static str) -> Result<ResultMessage, RelayError> {
+    if args.len() != 5 {
+        return Err(RelayError::FrameCount(word, 6));
+    }
+    Ok(ResultMessage {
+        topic: topic_of(args[0].as_ref())?,
+        fragment: u32_of(args[1].as_ref(), "fragment")?,
+        offset: u64_of(args[2].as_ref(), "offset")?,
+        id: args[3].as_ref().to_vec(),
+        payload: args[4].as_ref().to_vec(),
+    })
+}
+
+impl RelayRequest {
+    /// Decodes a request (routing id already removed).
+    pub fn decode<F: AsRef<[u8]>>(frames: &[F]) -> Result<Self, RelayError> {
+        let (word, args) = frames.split_first().ok_or(RelayError::Empty)?;
+        let arg = |i: usize| args[i].as_ref();
+        match word.as_ref() {
+            STREAM => {
+                if args.len() != 9 {
+                    return Err(RelayError::FrameCount("STREAM", 10));
+                }
+                let r = StreamRequest {
+                    topic: topic_of(arg(0))?,
+                    group: name_of(arg(1), "group")?,
+                    subscriber: name_of(arg(2), "subscriber")?,
+                    fragment: u32_of(arg(3), "fragment")?,
+                    offset: u64_of(arg(4), "offset")?,
+                    max_batch: u32_of(arg(5), "max batch")?,
+                    flush_ms: u32_of(arg(6), "flush ms")?,
+                    window: u32_of(arg(7), "window")?,
+                    revision: u64_of(arg(8), "revision")?,
+                };
+                if r.max_batch == 0 || r.max_batch > MAX_WINDOW {
+                    return Err(RelayError::Range("max batch"));
+                }
+                if r.window == 0 || r.window > MAX_WINDOW {
+                    return Err(RelayError::Range("window"));
+                }
+                Ok(RelayRequest::Stream(r))
+            }
+            ACK => {
+                if args.len() != 5 {
+                    return Err(RelayError::FrameCount("ACK", 6));
+                }
+                Ok(RelayRequest::Ack(AckRequest {
+                    topic: topic_of(arg(0))?,
+                    group: name_of(arg(1), "group")?,
+                    subscriber: name_of(arg(2), "subscriber")?,
+                    fragment: u32_of(arg(3), "fragment")?,
+                    offset: u64_of(arg(4), "offset")?,
+                }))
+            }
+            RESULT => result_of(args, "RESULT").map(RelayRequest::Result),
+            RESULT_FWD => result_of(args, "RESULT-FWD").map(RelayRequest::Forwarded),
+            RESULTS => {
+                if args.len() != 2 {
+                    return Err(RelayError::FrameCount("RESULTS", 3));
+                }
+                Ok(RelayRequest::Results {
+                    topic: topic_of(arg(0))?,
+                    prefix: arg(1).to_vec(),
+                })
+            }
+            other => Err(RelayError::UnknownCommand(
+                String::from_utf8_lossy(other).into_owned(),
+            )),
+        }
+    }
+
+    /// The frames a client sends.
+    pub fn encode(&self) -> Vec<Vec<u8>> {
+        match self {
+            RelayRequest::Stream(r) => vec![
+                STREAM.to_vec(),
+                r.topic.as_bytes().to_vec(),
+                r.group.as_bytes().to_vec(),
+                r.subscriber.as_bytes().to_vec(),
+                r.fragment.to_be_bytes().to_vec(),
+                r.offset.to_be_bytes().to_vec(),
+                r.max_batch.to_be_bytes().to_vec(),
+                r.flush_ms.to_be_bytes().to_vec(),
+                r.window.to_be_bytes().to_vec(),
+                r.revision.to_be_bytes().to_vec(),
+            ],
+            RelayRequest::Ack(a) => vec![
+                ACK.to_vec(),
+                a.topic.as_bytes().to_vec(),
+                a.group.as_bytes().to_vec(),
+                a.subscriber.as_bytes().to_vec(),
+                a.fragment.to_be_bytes().to_vec(),
+                a.offset.to_be_bytes().to_vec(),
+            ],
+            RelayRequest::Result(r) => r.frames(RESULT),
+            RelayRequest::Forwarded(r) => r.frames(RESULT_FWD),
+            RelayRequest::Results { topic, prefix } => {
+                vec![RESULTS.to_vec(), topic.as_bytes().to_vec(), prefix.clone()]
+            }
+        }
+    }
+}
+
+impl ResultMessage {
+    /// `[word][topic][fragment:4][offset:8][id][payload]`.
+    pub fn frames(&self, word: &[u8]) -> Vec<Vec<u8>> {
+        vec![
+            word.to_vec(),
+            self.topic.as_bytes().to_vec(),
+            self.fragment.to_be_bytes().to_vec(),
+            self.offset.to_be_bytes().to_vec(),
+            self.id.clone(),
+            self.payload.clone(),
+        ]
+    }
+}
+
+/// One pushed message: its offset and its frames.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PushedMessage {
+    /// Offset of its first record.
+    pub offset: u64,
+    /// Its frames.
+    pub frames: Vec<Vec<u8>>,
+}
+
+/// A message from the relay to a client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RelayReply {
+    /// A batch of one fragment's messages.
+    Records {
+        /// Topic.
+        topic: String,
+        /// Fragment.
+        fragment: u32,
+        /// Offset after the last message.
+        end: u64,
+        /// The messages, in offset order.
+        messages: Vec<PushedMessage>,
+    },
+    /// Committed up to `offset`.
+    Acked {
+        /// Topic.
+        topic: String,
+        /// Fragment.
+        fragment: u32,
+        /// Committed offset.
+        offset: u64,
+    },
+    /// The stream of `fragment` ended: not assigned to this subscriber (any more).
+    Revoked {
+        /// Topic.
+        topic: String,
+        /// Fragment.
+        fragment: u32,
+        /// Why.
+        reason: String,
+    },
+    /// A RESULTS registration is in place.
+    Registered {
+        /// Topic.
+        topic: String,
+        /// Prefix.
+        prefix: Vec<u8>,
+        /// Lease, ms.
+        lease_ms: u64,
+    },
+    /// A result for a producer.
+    Result(ResultMessage),
+    /// A malformed request.
+    Error(String),
+}
+
+impl RelayReply {
+    /// The frames the relay sends (after the routing id).
+    pub fn into_frames(self) -> Vec<Vec<u8>> {
+        match self {
+            RelayReply::Records {
+                topic,
+                fragment,
+                end,
+                messages,
+            } => {
+                let mut out = vec![
+                    RECORDS.to_vec(),
+                    topic.into_bytes(),
+                    fragment.to_be_bytes().to_vec(),
+                    end.to_be_bytes().to_vec(),
+                ];
+                for m in messages {
+                    out.push(
+                        [
+                            m.offset.to_be_bytes().as_slice(),
+                            (m.frames.len() as u32).to_be_bytes().as_slice(),
+                        ]
+                        .concat(),
+                    );
+                    out.extend(m.frames);
+                }
+                out
+            }
+            RelayReply::Acked {
+                topic,
+                fragment,
+                offset,
+            } => vec![
+                ACKED.to_vec(),
+                topic.into_bytes(),
+                fragment.to_be_bytes().to_vec(),
+                offset.to_be_bytes().to_vec(),
+            ],
+            RelayReply::Revoked {
+                topic,
+                fragment,
+                reason,
+            } => vec![
+                REVOKED.to_vec(),
+                topic.into_bytes(),
+                fragment.to_be_bytes().to_vec(),
+                reason.into_bytes(),
+            ],
+            RelayReply::Registered {
+                topic,
+                prefix,
+                lease_ms,
+            } => vec![
+                REGISTERED.to_vec(),
+                topic.into_bytes(),
+                prefix,
+                lease_ms.to_be_bytes().to_vec(),
+            ],
+            RelayReply::Result(r) => r.frames(RESULT),
+            RelayReply::Error(reason) => vec![ERROR.to_vec(), reason.into_bytes()],
+        }
+    }
+
+    /// Decodes what a relay sent (client side); `None` when malformed.
+    pub fn decode<F: AsRef<[u8]>>(frames: &[F]) -> Option<Self> {
+        let (word, rest) = frames.split_first()?;
+        let f = |i: usize| rest.get(i).map(|f| f.as_ref());
+        let text = |i: usize| f(i).map(|b| String::from_utf8_lossy(b).into_owned());
+        let n32 = |i: usize| f(i).and_then(|b| b.try_into().ok()).map(u32::from_be_bytes);
+        let n64 = |i: usize| f(i).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes);
+        let reply = match word.as_ref() {
+            RECORDS => {
+                let (topic, fragment, end) = (text(0)?, n32(1)?, n64(2)?);
+                let mut messages = Vec::new();
+                let mut i = 3;
+                while i < rest.len() {
+                    let head = f(i)?;
+                    if head.len() != 12 {
+                        return None;
+                    }
+                    let offset = u64::from_be_bytes(head[..8].try_into().ok()?);
+                    let count = u32::from_be_bytes(head[8..].try_into().ok()?) as usize;
+                    let frames = rest.get(i + 1..i + 1 + count)?;
+                    messages.push(PushedMessage {
+                        offset,
+                        frames: frames.iter().map(|x| x.as_ref().to_vec()).collect(),
+                    });
+                    i += 1 + count;
+                }
+                return Some(RelayReply::Records {
+                    topic,
+                    fragment,
+                    end,
+                    messages,
+                });
+            }
+            ACKED => RelayReply::Acked {
+                topic: text(0)?,
+                fragment: n32(1)?,
+                offset: n64(2)?,
+            },
+            REVOKED => RelayReply::Revoked {
+                topic: text(0)?,
+                fragment: n32(1)?,
+                reason: text(2)?,
+            },
+            REGISTERED => RelayReply::Registered {
+                topic: text(0)?,
+                prefix: f(1)?.to_vec(),
+                lease_ms: n64(2)?,
+            },
+            RESULT => RelayReply::Result(ResultMessage {
+                topic: text(0)?,
+                fragment: n32(1)?,
+                offset: n64(2)?,
+                id: f(3)?.to_vec(),
+                payload: f(4)?.to_vec(),
+            }),
+            ERROR => RelayReply::Error(text(0)?),
+            _ => return None,
+        };
+        let expected = match &reply {
+            RelayReply::Error(_) => 1,
+            RelayReply::Result(_) => 5,
+            _ => 3,
+        };
+        (rest.len() == expected).then_some(reply)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn stream() -> StreamRequest {
+        StreamRequest {
+            topic: "orders".into(),
+            group: "g".into(),
+            subscriber: "s1".into(),
+            fragment: 2,
+            offset: 1234,
+            max_batch: 2,
+            flush_ms: 500,
+            window: 100,
+            revision: 9,
+        }
+    }
+
+    #[test]
+    fn requests_round_trip_and_bad_ones_are_errors() {
+        let reqs = [
+            RelayRequest::Stream(stream()),
+            RelayRequest::Ack(AckRequest {
+                topic: "orders".into(),
+                group: "g".into(),
+                subscriber: "s1".into(),
+                fragment: 2,
+                offset: 99,
+            }),
+            RelayRequest::Result(ResultMessage {
+                topic: "orders".into(),
+                fragment: 1,
+                offset: 5,
+                id: b"id-1".to_vec(),
+                payload: b"done".to_vec(),
+            }),
+            RelayRequest::Results {
+                topic: "orders".into(),
+                prefix: b"p".to_vec(),
+            },
+        ];
+        for r in reqs {
+            assert_eq!(RelayRequest::decode(&r.encode()), Ok(r.clone()));
+        }
+        let frames = RelayRequest::Stream(stream()).encode();
+        assert_eq!(frames[4], 2u32.to_be_bytes());
+        assert_eq!(frames[5], 1234u64.to_be_bytes());
+        let mut zero_window = frames.clone();
+        zero_window[8] = 0u32.to_be_bytes().to_vec();
+        assert_eq!(
+            RelayRequest::decode(&zero_window),
+            Err(RelayError::Range("window"))
+        );
+        let mut short = frames.clone();
+        short[5] = vec![1, 2];
+        assert!(RelayRequest::decode(&short).is_err());
+        assert!(RelayRequest::decode(&frames[..9]).is_err());
+        assert!(RelayRequest::decode(&[b"FETCH".to_vec()]).is_err());
+        assert_eq!(RelayRequest::decode::<Vec<u8>>(&[]), Err(RelayError::Empty));
+    }
+
+    #[test]
+    fn a_batch_carries_each_message_with_its_offset_and_frames() {
+        let batch = RelayReply::Records {
+            topic: "orders".into(),
+            fragment: 1,
+            end: 40,
+            messages: vec![
+                PushedMessage {
+                    offset: 10,
+                    frames: vec![b"id".to_vec(), b"body".to_vec()],
+                },
+                PushedMessage {
+                    offset: 30,
+                    frames: vec![b"x".to_vec()],
+                },
+            ],
+        };
+        let frames = batch.clone().into_frames();
+        assert_eq!(frames[0], b"RECORDS");
+        assert_eq!(
+            frames[4],
+            [&10u64.to_be_bytes()[..], &[0, 0, 0, 2]].concat()
+        );
+        assert_eq!(frames[5], b"id");
+        assert_eq!(RelayReply::decode(&frames), Some(batch));
+        // A message claiming more frames than follow is malformed.
+        assert_eq!(RelayReply::decode(&frames[..frames.len() - 1]), None);
+    }
+
+    proptest! {
+        #[test]
+        fn decoders_never_panic(frames in proptest::collection::vec(
+            proptest::collection::vec(any::<u8>(), 0..14), 0..12)) {
+            let _ = RelayRequest::decode(&frames);
+            let _ = RelayReply::decode(&frames);
+        }
+    }
+}
