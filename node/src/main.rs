@@ -1,5 +1,6 @@
 //! `zper`: run a node (default) or use the CLI tools. See `zper --help`.
 
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,7 +40,8 @@ fn main() {
             .and_then(|t| zper::cli::admin::cluster(command, &target, &t)),
     };
     if let Err(e) = result {
-        eprintln!("zper: {}", error_chain(&e));
+        // Not eprintln!: it panics when stderr is a closed pipe.
+        let _ = writeln!(std::io::stderr(), "zper: {}", error_chain(&e));
         std::process::exit(1);
     }
 }

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 use zper_wire::controller::{ControllerReply, ControllerRequest, Member, SubscriptionInfo};
 use zper_wire::relay::{
-    AckRequest, PushedMessage, RelayReply, RelayRequest, ResultMessage, StreamRequest,
+    split_messages, AckRequest, PushedMessage, RelayReply, RelayRequest, ResultMessage,
+    StreamRequest,
 };
 use zper_wire::Status;
 
@@ -115,6 +116,8 @@ pub enum Event {
     },
     /// A result for a producer (only after [`Subscriber::register_results`]).
     Result(ResultMessage),
+    /// A relay refused a request (the reason); the request changed nothing.
+    Error(String),
 }
 
 struct FragmentState {
@@ -249,7 +252,6 @@ impl Subscriber {
         if !self.relays.contains_key(endpoint) {
             let s = self.ctx.socket(zmq::DEALER)?;
             s.set_linger(0)?;
-            s.set_rcvhwm(0)?;
             s.connect(endpoint)?;
             self.relays.insert(endpoint.to_owned(), s);
         }
@@ -384,13 +386,14 @@ impl Subscriber {
             RelayReply::Records {
                 topic,
                 fragment,
+                offset,
                 end,
-                messages,
+                records,
             } if topic == self.opts.topic => {
                 let st = self.fragments.get_mut(&fragment)?;
                 st.last_heard = Instant::now();
                 // Drop what was seen already (a restarted stream overlaps).
-                let messages: Vec<PushedMessage> = messages
+                let messages: Vec<PushedMessage> = split_messages(offset, &records)?
                     .into_iter()
                     .filter(|m| m.offset >= st.next)
                     .collect();
@@ -423,6 +426,13 @@ impl Subscriber {
                 Some(Event::Revoked { fragment, reason })
             }
             RelayReply::Result(r) => Some(Event::Result(r)),
+            RelayReply::Heartbeat { fragment, .. } => {
+                if let Some(st) = self.fragments.get_mut(&fragment) {
+                    st.last_heard = Instant::now();
+                }
+                None
+            }
+            RelayReply::Error(reason) => Some(Event::Error(reason)),
             _ => None,
         }
     }

@@ -36,8 +36,13 @@ fn a_stalled_subscriber_costs_bounded_memory_and_catches_up_on_1_gib() {
          segment_size = 268435456\n",
     );
     let http_addr = format!("127.0.0.1:{h}");
-    let (s, body) = http("POST", &http_addr, "/v1/topics/bulk", Some("{}")).expect("create");
-    assert_eq!(s, 201, "{body}");
+    assert!(
+        eventually(|| matches!(
+            http("POST", &http_addr, "/v1/topics/bulk", Some("{}")),
+            Some((201, _))
+        )),
+        "topic created once the node is live"
+    );
     let brokers = get_json(&http_addr, "/v1/brokers");
     let controller = brokers[0]["endpoints"]["controller"]
         .as_str()
@@ -123,4 +128,13 @@ fn a_stalled_subscriber_costs_bounded_memory_and_catches_up_on_1_gib() {
     assert_eq!(next, COUNT, "caught up completely");
     let after = rss(pid);
     eprintln!("node RSS after catching up: {} MiB", after >> 20);
+    // Flow control did the bounding: the relay paused on the full window.
+    let (_, metrics) = http("GET", &http_addr, "/metrics", None).expect("metrics");
+    let paused = metrics
+        .lines()
+        .find(|l| l.starts_with("zper_relay_events_total{event=\"window_full\"}"))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0);
+    assert!(paused > 0.0, "the relay paused on a full window");
 }

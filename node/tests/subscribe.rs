@@ -262,6 +262,7 @@ impl TestSubscriber {
                             pending.remove(&fragment);
                         }
                         Event::Result(r) => seen.results.push((r.id, r.payload)),
+                        Event::Error(reason) => panic!("the relay refused: {reason}"),
                         Event::Assigned(_) => {}
                     }
                 }
@@ -717,4 +718,116 @@ fn zper_subscribe_prints_the_records_and_commits_the_group_offset() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[test]
+fn the_relay_answers_malformed_and_misdirected_requests_and_keeps_serving() {
+    let c = Cluster::start();
+    c.create("rawrelay", 2, "distribution");
+    let ctx = zmq::Context::new();
+    let relay = client(&ctx, zmq::DEALER, b"", &c.endpoint(1, "relay"));
+    relay.set_rcvtimeo(10_000).expect("timeout");
+    let ask = |frames: Vec<Vec<u8>>| -> Vec<Vec<u8>> {
+        relay.send_multipart(frames, 0).expect("send");
+        relay.recv_multipart(0).expect("reply")
+    };
+    let stream = |topic: &str, fragment: u32, window: u32| -> Vec<Vec<u8>> {
+        vec![
+            b"STREAM".to_vec(),
+            topic.as_bytes().to_vec(),
+            b"g".to_vec(),
+            b"raw".to_vec(),
+            fragment.to_be_bytes().to_vec(),
+            0u64.to_be_bytes().to_vec(),
+            1u32.to_be_bytes().to_vec(),
+            0u32.to_be_bytes().to_vec(),
+            window.to_be_bytes().to_vec(),
+            0u64.to_be_bytes().to_vec(),
+        ]
+    };
+    for bad in [
+        vec![b"FETCH".to_vec()],
+        vec![b"STREAM".to_vec(), b"rawrelay".to_vec()],
+        stream("rawrelay", 0, 0),
+        stream("raw-relay", 0, 10),
+        vec![
+            b"ACK".to_vec(),
+            b"rawrelay".to_vec(),
+            b"g".to_vec(),
+            b"raw".to_vec(),
+            vec![0],
+            vec![1],
+        ],
+    ] {
+        let reply = ask(bad.clone());
+        assert_eq!(reply[0], b"ERROR", "{bad:?} -> {reply:?}");
+        assert_eq!(reply.len(), 2);
+    }
+    // A fragment that does not exist, or a topic no one created: REVOKED with a reason.
+    for (topic, fragment) in [("rawrelay", 7u32), ("nosuchtopic", 0)] {
+        let reply = ask(stream(topic, fragment, 10));
+        assert_eq!(reply[0], b"REVOKED", "{reply:?}");
+        assert_eq!(reply[2], fragment.to_be_bytes());
+    }
+    // A stream for a member that is not in the group ends with REVOKED.
+    let reply = ask(stream("rawrelay", 0, 10));
+    assert_eq!(reply[0], b"REVOKED", "{reply:?}");
+    // An ACK of nothing pushed on this connection is refused; no offset moves.
+    let ack = |offset: u64| {
+        vec![
+            b"ACK".to_vec(),
+            b"rawrelay".to_vec(),
+            b"g".to_vec(),
+            b"raw".to_vec(),
+            1u32.to_be_bytes().to_vec(),
+            offset.to_be_bytes().to_vec(),
+        ]
+    };
+    assert_eq!(ask(ack(1000))[0], b"ERROR");
+    let groups = get_json(&c.http(1), "/v1/topics/rawrelay/subscriptions");
+    assert_eq!(groups["groups"], json!({}), "nothing committed: {groups}");
+    // A member may acknowledge only message boundaries it was pushed: not inside a message,
+    // not past what it got (either would make the group skip records or resume mid-message).
+    let controller = client(&ctx, zmq::DEALER, b"", &c.endpoint(1, "controller"));
+    controller.set_rcvtimeo(10_000).expect("timeout");
+    let joined = request(&controller, &[b"SUBSCRIBE", b"rawrelay", b"g", b"raw"]);
+    assert_eq!(joined[0], [100]);
+    let revision = joined[2].clone();
+    let relay1 = c.endpoint(
+        get_json(&c.http(1), "/v1/topics/rawrelay")["fragments"][1]["leader"]
+            .as_u64()
+            .expect("leader") as usize,
+        "relay",
+    );
+    let member = client(&ctx, zmq::DEALER, b"", &relay1);
+    member.set_rcvtimeo(10_000).expect("timeout");
+    let mut open = stream("rawrelay", 1, 10);
+    open[9] = revision;
+    member.send_multipart(open, 0).expect("stream");
+    let p = Producer::on_fragment(&c, 2, "rawrelay", 8, 1, 2);
+    p.publish(&RECORDS1[..1], Duration::ZERO);
+    let batch = member.recv_multipart(0).expect("records");
+    assert_eq!(batch[0], b"RECORDS", "{batch:?}");
+    let end = u64::from_be_bytes(batch[4].as_slice().try_into().expect("end"));
+    for bad in [3, end + 1, u64::MAX] {
+        let mut a = ack(bad);
+        a[4] = 1u32.to_be_bytes().to_vec();
+        member.send_multipart(a, 0).expect("ack");
+        let reply = member.recv_multipart(0).expect("reply");
+        assert_eq!(reply[0], b"ERROR", "ACK {bad}: {reply:?}");
+    }
+    member.send_multipart(ack(end), 0).expect("ack");
+    let reply = member.recv_multipart(0).expect("reply");
+    assert_eq!(reply[0], b"ACKED", "{reply:?}");
+    assert_eq!(reply[3], end.to_be_bytes());
+    let reply = request(&controller, &[b"UNSUBSCRIBE", b"rawrelay", b"g", b"raw"]);
+    assert_eq!(reply, vec![vec![100u8]]);
+    // The node still serves a real subscriber.
+    let mut sub = TestSubscriber::start(&c, "rawrelay", "real", 1, 0, End::Leave, None);
+    // (Another group: it also gets the record the raw member acknowledged.)
+    let p = Producer::on_fragment(&c, 2, "rawrelay", 9, 1, 2);
+    p.publish(&RECORDS2[..2], Duration::ZERO);
+    let all = wait_confirmed(&[&sub], 3);
+    sub.stop();
+    assert_exactly_once(&all, &["google", "zoogle", "zaustq"]);
 }

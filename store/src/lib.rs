@@ -21,7 +21,7 @@ mod writing;
 pub use epochs::EPOCHS_FILE;
 pub use error::StoreError;
 pub use flush::FlushPolicy;
-pub use reading::Fetched;
+pub use reading::{Fetched, RawMessages};
 pub use replica::ReplicaChunk;
 pub use store::{log_key, Store, StoreConfig};
 pub use topic::{FlushOutcome, TopicLog};

@@ -28,6 +28,17 @@ pub struct Fetched {
 /// One whole message as push delivery reads it: its offset and its frames (issue #7).
 pub type Message = (u64, Vec<Vec<u8>>);
 
+/// Whole messages as stored bytes ([`TopicLog::raw_messages`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawMessages {
+    /// The stored records of whole messages (spec §6.2 format).
+    pub bytes: Vec<u8>,
+    /// Offset of each message's first record.
+    pub starts: Vec<u64>,
+    /// Offset after the last message.
+    pub end: u64,
+}
+
 /// A segment located for reading: the segment and its readable end.
 struct Located {
     seg: Arc<Segment>,
@@ -204,6 +215,69 @@ impl TopicLog {
             }
             if !out.is_empty() || want == available {
                 return Ok((out, offset + start as u64));
+            }
+            want = want.saturating_mul(2).min(available);
+        }
+    }
+
+    /// Whole messages from `offset` within one segment as stored bytes (the on-disk record
+    /// format, spec §6.2), for push delivery (issue #7): at most `max_messages` messages,
+    /// reading about `cap` bytes (more when a single message is larger). Returns the bytes,
+    /// where each message starts, and the offset after the last one (empty when nothing past
+    /// `offset` is visible yet).
+    ///
+    /// Errors: `InvalidOffset` when `offset` is before the oldest segment or not a record
+    /// boundary; I/O errors.
+    pub fn raw_messages(
+        &self,
+        offset: u64,
+        max_messages: usize,
+        cap: u64,
+    ) -> Result<RawMessages, StoreError> {
+        let none = RawMessages {
+            bytes: Vec::new(),
+            starts: Vec::new(),
+            end: offset,
+        };
+        if offset >= self.visible_end()? {
+            return Ok(none);
+        }
+        let signed = i64::try_from(offset).map_err(|_| self.invalid(i64::MAX))?;
+        let loc = self.locate(signed)?;
+        let available = loc.visible_end.saturating_sub(offset);
+        if available == 0 {
+            return Ok(none);
+        }
+        let mut want = available.min(cap.max(1));
+        loop {
+            let mut bytes = vec![0u8; want as usize];
+            read_exact_at(&loc.seg, &mut bytes, offset)?;
+            let mut starts = Vec::new();
+            let (mut pos, mut start, mut in_message) = (0usize, 0usize, false);
+            for rec in Records::new(&bytes) {
+                if !in_message {
+                    starts.push(offset + pos as u64);
+                    in_message = true;
+                }
+                pos += rec.stored_len();
+                if !rec.more {
+                    in_message = false;
+                    start = pos;
+                    if starts.len() >= max_messages {
+                        break;
+                    }
+                }
+            }
+            if in_message {
+                starts.pop(); // a message cut by the read: not in this batch
+            }
+            if !starts.is_empty() || want == available {
+                bytes.truncate(start);
+                return Ok(RawMessages {
+                    bytes,
+                    starts,
+                    end: offset + start as u64,
+                });
             }
             want = want.saturating_mul(2).min(available);
         }

@@ -17,12 +17,16 @@
 //!   [RESULTS][topic][id prefix]              receive results of `topic` whose id starts with the
 //!                                            prefix, for RESULTS_LEASE_MS (send again to renew)
 //! relay -> client
-//!   [RECORDS][topic][fragment:4][end:8] then per message [offset:8][frame count:4][frames]...
-//!                                            a batch; `end` = offset after its last message
+//!   [RECORDS][topic][fragment:4][offset:8][end:8][records]
+//!                                            a batch: whole messages from `offset` to `end` as
+//!                                            stored (the segment record format, `zper.md`
+//!                                            §6.2), one frame, as a FETCH reply carries them
 //!   [ACKED][topic][fragment:4][offset:8]     the group's offset is committed up to `offset`
 //!   [REVOKED][topic][fragment:4][reason]     the fragment is no longer this subscriber's; the
 //!                                            stream ended (unacknowledged records go to the
 //!                                            fragment's new owner from the committed offset)
+//!   [HEARTBEAT][topic][fragment:4]          the stream is alive but had nothing to send for a
+//!                                            while (the relay checks the member is still there)
 //!   [REGISTERED][topic][id prefix][lease ms:8]
 //!   [RESULT][topic][fragment:4][offset:8][id][payload]     to registered producers
 //!   [ERROR][reason]                          malformed request; nothing changed
@@ -53,6 +57,8 @@ pub const REVOKED: &[u8] = b"REVOKED";
 pub const REGISTERED: &[u8] = b"REGISTERED";
 /// Command and reply words.
 pub const ERROR: &[u8] = b"ERROR";
+/// Command and reply words.
+pub const HEARTBEAT: &[u8] = b"HEARTBEAT";
 
 /// How long a RESULTS registration lasts, ms.
 pub const RESULTS_LEASE_MS: u64 = 60_000;
@@ -310,16 +316,18 @@ pub struct PushedMessage {
 /// A message from the relay to a client.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RelayReply {
-    /// A batch of one fragment's messages.
+    /// A batch of one fragment's whole messages, as stored bytes.
     Records {
         /// Topic.
         topic: String,
         /// Fragment.
         fragment: u32,
+        /// Offset of the first message.
+        offset: u64,
         /// Offset after the last message.
         end: u64,
-        /// The messages, in offset order.
-        messages: Vec<PushedMessage>,
+        /// The stored records (`zper.md` §6.2), `end - offset` bytes.
+        records: Vec<u8>,
     },
     /// Committed up to `offset`.
     Acked {
@@ -352,6 +360,34 @@ pub enum RelayReply {
     Result(ResultMessage),
     /// A malformed request.
     Error(String),
+    /// A quiet stream is still there.
+    Heartbeat {
+        /// Topic.
+        topic: String,
+        /// Fragment.
+        fragment: u32,
+    },
+}
+
+/// Splits a batch's stored records into its messages (offset and frames); `None` when the
+/// bytes are not whole, valid messages.
+pub fn split_messages(offset: u64, records: &[u8]) -> Option<Vec<PushedMessage>> {
+    let mut out = Vec::new();
+    let mut frames = Vec::new();
+    let (mut pos, mut start) = (0usize, 0usize);
+    let mut it = crate::Records::new(records);
+    for rec in it.by_ref() {
+        frames.push(rec.payload.to_vec());
+        pos += rec.stored_len();
+        if !rec.more {
+            out.push(PushedMessage {
+                offset: offset + start as u64,
+                frames: std::mem::take(&mut frames),
+            });
+            start = pos;
+        }
+    }
+    (pos == records.len() && frames.is_empty()).then_some(out)
 }
 
 impl RelayReply {
@@ -361,27 +397,17 @@ impl RelayReply {
             RelayReply::Records {
                 topic,
                 fragment,
+                offset,
                 end,
-                messages,
-            } => {
-                let mut out = vec![
-                    RECORDS.to_vec(),
-                    topic.into_bytes(),
-                    fragment.to_be_bytes().to_vec(),
-                    end.to_be_bytes().to_vec(),
-                ];
-                for m in messages {
-                    out.push(
-                        [
-                            m.offset.to_be_bytes().as_slice(),
-                            (m.frames.len() as u32).to_be_bytes().as_slice(),
-                        ]
-                        .concat(),
-                    );
-                    out.extend(m.frames);
-                }
-                out
-            }
+                records,
+            } => vec![
+                RECORDS.to_vec(),
+                topic.into_bytes(),
+                fragment.to_be_bytes().to_vec(),
+                offset.to_be_bytes().to_vec(),
+                end.to_be_bytes().to_vec(),
+                records,
+            ],
             RelayReply::Acked {
                 topic,
                 fragment,
@@ -414,6 +440,11 @@ impl RelayReply {
             ],
             RelayReply::Result(r) => r.frames(RESULT),
             RelayReply::Error(reason) => vec![ERROR.to_vec(), reason.into_bytes()],
+            RelayReply::Heartbeat { topic, fragment } => vec![
+                HEARTBEAT.to_vec(),
+                topic.into_bytes(),
+                fragment.to_be_bytes().to_vec(),
+            ],
         }
     }
 
@@ -426,29 +457,18 @@ impl RelayReply {
         let n64 = |i: usize| f(i).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes);
         let reply = match word.as_ref() {
             RECORDS => {
-                let (topic, fragment, end) = (text(0)?, n32(1)?, n64(2)?);
-                let mut messages = Vec::new();
-                let mut i = 3;
-                while i < rest.len() {
-                    let head = f(i)?;
-                    if head.len() != 12 {
-                        return None;
-                    }
-                    let offset = u64::from_be_bytes(head[..8].try_into().ok()?);
-                    let count = u32::from_be_bytes(head[8..].try_into().ok()?) as usize;
-                    let frames = rest.get(i + 1..i + 1 + count)?;
-                    messages.push(PushedMessage {
-                        offset,
-                        frames: frames.iter().map(|x| x.as_ref().to_vec()).collect(),
-                    });
-                    i += 1 + count;
+                let (offset, end) = (n64(2)?, n64(3)?);
+                let records = f(4)?.to_vec();
+                if end.checked_sub(offset)? != records.len() as u64 {
+                    return None;
                 }
-                return Some(RelayReply::Records {
-                    topic,
-                    fragment,
+                RelayReply::Records {
+                    topic: text(0)?,
+                    fragment: n32(1)?,
+                    offset,
                     end,
-                    messages,
-                });
+                    records,
+                }
             }
             ACKED => RelayReply::Acked {
                 topic: text(0)?,
@@ -473,10 +493,16 @@ impl RelayReply {
                 payload: f(4)?.to_vec(),
             }),
             ERROR => RelayReply::Error(text(0)?),
+            HEARTBEAT => RelayReply::Heartbeat {
+                topic: text(0)?,
+                fragment: n32(1)?,
+            },
             _ => return None,
         };
         let expected = match &reply {
+            RelayReply::Records { .. } => 5,
             RelayReply::Error(_) => 1,
+            RelayReply::Heartbeat { .. } => 2,
             RelayReply::Result(_) => 5,
             _ => 3,
         };
@@ -547,32 +573,43 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_carries_each_message_with_its_offset_and_frames() {
+    fn a_batch_carries_whole_stored_messages_that_split_with_their_offsets() {
+        let mut records = Vec::new();
+        crate::encode_record(b"id", true, &mut records);
+        crate::encode_record(b"body", false, &mut records);
+        let second = records.len() as u64;
+        crate::encode_record(b"x", false, &mut records);
         let batch = RelayReply::Records {
             topic: "orders".into(),
             fragment: 1,
-            end: 40,
-            messages: vec![
+            offset: 10,
+            end: 10 + records.len() as u64,
+            records: records.clone(),
+        };
+        let frames = batch.clone().into_frames();
+        assert_eq!(frames[0], b"RECORDS");
+        assert_eq!(frames[3], 10u64.to_be_bytes());
+        assert_eq!(frames[5], records);
+        assert_eq!(RelayReply::decode(&frames), Some(batch));
+        assert_eq!(
+            split_messages(10, &records),
+            Some(vec![
                 PushedMessage {
                     offset: 10,
                     frames: vec![b"id".to_vec(), b"body".to_vec()],
                 },
                 PushedMessage {
-                    offset: 30,
+                    offset: 10 + second,
                     frames: vec![b"x".to_vec()],
                 },
-            ],
-        };
-        let frames = batch.clone().into_frames();
-        assert_eq!(frames[0], b"RECORDS");
-        assert_eq!(
-            frames[4],
-            [&10u64.to_be_bytes()[..], &[0, 0, 0, 2]].concat()
+            ])
         );
-        assert_eq!(frames[5], b"id");
-        assert_eq!(RelayReply::decode(&frames), Some(batch));
-        // A message claiming more frames than follow is malformed.
-        assert_eq!(RelayReply::decode(&frames[..frames.len() - 1]), None);
+        // A length that disagrees with the offsets, or a cut message, is malformed.
+        let mut bad = frames.clone();
+        bad[4] = 99u64.to_be_bytes().to_vec();
+        assert_eq!(RelayReply::decode(&bad), None);
+        assert_eq!(split_messages(10, &records[..3]), None);
+        assert_eq!(split_messages(10, &records[..records.len() - 1]), None);
     }
 
     proptest! {
@@ -581,6 +618,9 @@ mod tests {
             proptest::collection::vec(any::<u8>(), 0..14), 0..12)) {
             let _ = RelayRequest::decode(&frames);
             let _ = RelayReply::decode(&frames);
+            if let Some(f) = frames.first() {
+                let _ = split_messages(0, f);
+            }
         }
     }
 }

@@ -3,6 +3,8 @@
 //! was printed), optionally sending a result back to each record's producer.
 
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -57,8 +59,15 @@ pub struct SubscribeArgs {
 
 /// Runs `zper subscribe`: one line per message, its frames (lossy UTF-8) joined by a tab.
 pub fn run(args: SubscribeArgs, targets: &Targets) -> Result<()> {
-    if args.batch == 0 || args.window == 0 {
-        bail!("--batch and --window must be at least 1");
+    let max = zper_wire::relay::MAX_WINDOW;
+    if args.batch == 0 || args.window == 0 || args.batch > max || args.window > max {
+        bail!("--batch and --window must be between 1 and {max}");
+    }
+    // Ctrl-C or SIGTERM ends the loop, so the member leaves its group at once (its fragments
+    // move to the others) instead of holding them until its lease ends.
+    let interrupted = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, interrupted.clone()).context("install signal handler")?;
     }
     let controllers: Vec<String> = if args.controller.is_empty() {
         vec![targets.controller.clone()]
@@ -93,7 +102,58 @@ pub fn run(args: SubscribeArgs, targets: &Targets) -> Result<()> {
     let mut out = out.lock();
     let mut seen = 0u64;
     let mut last = Instant::now();
+    let printed = print_records(
+        &args,
+        &mut sub,
+        &mut out,
+        &mut seen,
+        &mut last,
+        &interrupted,
+    );
+    // A closed stdout (`| head`) ends the run like -n does.
+    let failed = match printed {
+        Err(e) if is_broken_pipe(&e) => None,
+        Err(e) => Some(e),
+        Ok(()) => None,
+    };
+    // Give the last acknowledgement a moment to commit before leaving.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while failed.is_none() && Instant::now() < deadline {
+        if sub
+            .poll(Duration::from_millis(100))?
+            .iter()
+            .any(|e| matches!(e, Event::Acked { .. }))
+        {
+            break;
+        }
+    }
+    if args.leave {
+        sub.unsubscribe().context("leaving the group")?;
+    }
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<std::io::Error>()
+        .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+}
+
+/// The receive loop: prints and acknowledges batches until -n, --idle-ms or a signal.
+fn print_records(
+    args: &SubscribeArgs,
+    sub: &mut Subscriber,
+    out: &mut impl Write,
+    seen: &mut u64,
+    last: &mut Instant,
+    interrupted: &AtomicBool,
+) -> Result<()> {
     'outer: loop {
+        if interrupted.load(Ordering::Relaxed) {
+            break;
+        }
         for event in sub.poll(Duration::from_millis(100))? {
             match event {
                 Event::Batch {
@@ -101,7 +161,7 @@ pub fn run(args: SubscribeArgs, targets: &Targets) -> Result<()> {
                     messages,
                     end,
                 } => {
-                    last = Instant::now();
+                    *last = Instant::now();
                     for m in &messages {
                         if args.offsets {
                             write!(out, "{fragment}\t{}\t", m.offset)?;
@@ -118,8 +178,8 @@ pub fn run(args: SubscribeArgs, targets: &Targets) -> Result<()> {
                             payload.extend_from_slice(suffix.as_bytes());
                             sub.send_result(fragment, m.offset, &id, &payload)?;
                         }
-                        seen += 1;
-                        if args.max_messages > 0 && seen >= args.max_messages {
+                        *seen += 1;
+                        if args.max_messages > 0 && *seen >= args.max_messages {
                             out.flush()?;
                             // Acknowledge only up to what was printed.
                             let upto = messages
@@ -137,26 +197,13 @@ pub fn run(args: SubscribeArgs, targets: &Targets) -> Result<()> {
                 Event::Revoked { fragment, reason } => {
                     eprintln!("fragment {fragment} revoked: {reason}")
                 }
+                Event::Error(reason) => bail!("the relay refused a request: {reason}"),
                 Event::Acked { .. } | Event::Result(_) => {}
             }
         }
         if args.idle_ms > 0 && last.elapsed() >= Duration::from_millis(args.idle_ms) {
             break;
         }
-    }
-    // Give the last acknowledgement a moment to commit before leaving.
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while Instant::now() < deadline {
-        if sub
-            .poll(Duration::from_millis(100))?
-            .iter()
-            .any(|e| matches!(e, Event::Acked { .. }))
-        {
-            break;
-        }
-    }
-    if args.leave {
-        sub.unsubscribe().context("leaving the group")?;
     }
     Ok(())
 }

@@ -34,8 +34,7 @@ use zper_raft::metadata::{Command, MetadataError};
 use zper_raft::ClusterNode;
 use zper_store::{log_key, Store, StoreError};
 use zper_wire::relay::{
-    AckRequest, PushedMessage, RelayReply, RelayRequest, ResultMessage, StreamRequest,
-    RESULTS_LEASE_MS,
+    AckRequest, RelayReply, RelayRequest, ResultMessage, StreamRequest, RESULTS_LEASE_MS,
 };
 
 use super::POLL_MS;
@@ -67,31 +66,81 @@ type StreamKey = (Vec<u8>, String, u32);
 /// Commits are per subscriber and fragment (whatever connection acked).
 type CommitKey = (String, String, String, u32);
 
+/// A batch pushed and not yet acknowledged.
+struct Pushed {
+    /// Offset after its last message.
+    end: u64,
+    /// Where each of its messages starts (an ACK may stop inside a batch, at a message start).
+    starts: Vec<u64>,
+}
+
 struct Stream {
     group: String,
     subscriber: String,
     next: u64,
+    /// The start offset has been checked to be a message start (the walk from the committed
+    /// offset is done once the copy reaches it).
+    verified: bool,
+    /// Highest offset acknowledged on this stream (or where it started).
+    acked_upto: u64,
     max_batch: u32,
     flush_ms: u32,
     window: u32,
     revision: u64,
-    /// Batches pushed and not acknowledged: (end offset, messages).
-    inflight: VecDeque<(u64, u32)>,
+    /// Batches pushed and not acknowledged.
+    inflight: VecDeque<Pushed>,
     /// When a partial batch was first seen (flush timer), and the visible end then.
     partial: Option<(Instant, u64)>,
+    /// The window is full (counted once per stall).
+    stalled: bool,
+    /// Last time anything was sent on this stream (heartbeats find vanished members).
+    last_sent: Instant,
 }
 
 impl Stream {
     fn unacked(&self) -> u32 {
-        self.inflight.iter().map(|(_, n)| n).sum()
+        self.inflight.iter().map(|b| b.starts.len() as u32).sum()
+    }
+
+    /// Whether `offset` is where an acknowledgement may stop: at or before what was already
+    /// acknowledged, or a message start or batch end this stream pushed.
+    fn ackable(&self, offset: u64) -> bool {
+        offset <= self.acked_upto
+            || self
+                .inflight
+                .iter()
+                .any(|b| b.end == offset || b.starts.binary_search(&offset).is_ok())
     }
 
     fn acked(&mut self, offset: u64) {
-        while self.inflight.front().is_some_and(|(end, _)| *end <= offset) {
-            self.inflight.pop_front();
+        self.acked_upto = self.acked_upto.max(offset);
+        while let Some(b) = self.inflight.front_mut() {
+            if b.end <= offset {
+                self.inflight.pop_front();
+            } else {
+                b.starts.retain(|s| *s >= offset);
+                break;
+            }
         }
     }
 }
+
+/// Whether a member reads a fragment, as far as this node has applied.
+#[derive(Debug, PartialEq, Eq)]
+enum Ownership {
+    Owns,
+    NotOwned,
+    /// This node has not yet applied the revision the member was given: wait.
+    NotYet,
+}
+
+/// Longest walk (bytes) from the committed offset to check that a STREAM offset is a message
+/// start.
+const VERIFY_WALK: u64 = 256 << 20;
+
+/// How long a stream may go without sending before the relay checks its member is still
+/// connected (a heartbeat to a vanished peer fails, and the stream is dropped).
+const HEARTBEAT: Duration = Duration::from_secs(5);
 
 #[derive(Default)]
 struct CommitState {
@@ -148,10 +197,18 @@ pub(crate) fn run(zctx: zmq::Context, router: zmq::Socket, ctx: Shared, stop: Ar
         peers: HashMap::new(),
         last_check: Instant::now(),
     };
+    let mut busy = false;
     while !stop.load(Ordering::Relaxed) {
         relay.settle_commits();
-        // Short waits while streams may have data to push; the loop re-reads visible ends.
-        let wait = if relay.streams.is_empty() { POLL_MS } else { 2 };
+        // Short waits while streams are pushing; idle streams re-read their visible ends every
+        // few ms (new data reaches a waiting subscriber within that).
+        let wait = if relay.streams.is_empty() {
+            POLL_MS
+        } else if busy {
+            1
+        } else {
+            5
+        };
         match relay.router.poll(zmq::POLLIN, wait) {
             Ok(_) => {}
             Err(e) => {
@@ -165,7 +222,7 @@ pub(crate) fn run(zctx: zmq::Context, router: zmq::Socket, ctx: Shared, stop: Ar
                 Err(_) => break,
             }
         }
-        relay.pump_all();
+        busy = relay.pump_all();
         if relay.last_check.elapsed() >= CHECK_EVERY {
             relay.last_check = Instant::now();
             relay.check_assignments();
@@ -280,6 +337,11 @@ impl Relay {
                 }
             }
         }
+        // Never below what the group acknowledged (delivered once, done); the committed offset
+        // is a message start, so it needs no check.
+        let committed = self.committed(&s.topic, &s.group, &s.subscriber, s.fragment);
+        let verified = next <= committed;
+        next = next.max(committed);
         Counters::add(&self.ctx.counters.relay.stream_started, 1);
         self.streams.insert(
             (routing_id.to_vec(), s.topic.clone(), s.fragment),
@@ -287,22 +349,50 @@ impl Relay {
                 group: s.group,
                 subscriber: s.subscriber,
                 next,
+                verified,
+                acked_upto: next,
                 max_batch: s.max_batch,
                 flush_ms: s.flush_ms,
                 window: s.window,
                 revision: s.revision,
                 inflight: VecDeque::new(),
                 partial: None,
+                stalled: false,
+                last_sent: Instant::now(),
             },
         );
     }
 
     fn ack(&mut self, routing_id: &[u8], a: AckRequest) {
-        if let Some(s) = self
-            .streams
-            .get_mut(&(routing_id.to_vec(), a.topic.clone(), a.fragment))
-        {
-            s.acked(a.offset);
+        // Only what this connection's stream pushed can be acknowledged: an offset inside a
+        // message, past the high-water mark or never delivered would make the group skip
+        // records or resume mid-message.
+        let refusal =
+            match self
+                .streams
+                .get_mut(&(routing_id.to_vec(), a.topic.clone(), a.fragment))
+            {
+                None => Some(format!(
+                    "ACK of fragment {}: no stream of it on this connection (send STREAM first)",
+                    a.fragment
+                )),
+                Some(s) if s.group != a.group || s.subscriber != a.subscriber => Some(format!(
+                    "ACK names {}/{} but the stream is {}/{}",
+                    a.group, a.subscriber, s.group, s.subscriber
+                )),
+                Some(s) if !s.ackable(a.offset) => Some(format!(
+                    "ACK offset {} is not the start or end of a message pushed on this stream",
+                    a.offset
+                )),
+                Some(s) => {
+                    s.acked(a.offset);
+                    None
+                }
+            };
+        if let Some(reason) = refusal {
+            Counters::add(&self.ctx.counters.relay.bad_request, 1);
+            let _ = self.send(routing_id, RelayReply::Error(reason));
+            return;
         }
         let key = (a.topic, a.group, a.subscriber, a.fragment);
         let c = self.commits.entry(key.clone()).or_default();
@@ -427,13 +517,16 @@ impl Relay {
         }
     }
 
-    fn pump_all(&mut self) {
+    /// Pushes what every stream may send; true when anything was sent (or a partial batch
+    /// waits for its flush time).
+    fn pump_all(&mut self) -> bool {
         let keys: Vec<StreamKey> = self.streams.keys().cloned().collect();
+        let mut busy = false;
         for key in keys {
             // Several batches per turn when the subscriber keeps up.
             for _ in 0..16 {
                 match self.pump(&key) {
-                    Pumped::Sent => continue,
+                    Pumped::Sent => busy = true,
                     Pumped::Idle => break,
                     Pumped::Drop => {
                         self.streams.remove(&key);
@@ -442,6 +535,7 @@ impl Relay {
                 }
             }
         }
+        busy || self.streams.values().any(|s| s.partial.is_some())
     }
 
     fn pump(&mut self, key: &StreamKey) -> Pumped {
@@ -451,9 +545,13 @@ impl Relay {
         };
         let unacked = s.unacked();
         if unacked >= s.window {
-            Counters::add(&self.ctx.counters.relay.window_full, 1);
+            if !s.stalled {
+                s.stalled = true;
+                Counters::add(&self.ctx.counters.relay.window_full, 1);
+            }
             return Pumped::Idle;
         }
+        s.stalled = false;
         let Some(log) = self.ctx.store.topic(&log_key(topic, *fragment)) else {
             return Pumped::Idle; // this copy has nothing yet
         };
@@ -464,6 +562,27 @@ impl Relay {
             s.partial = None;
             return Pumped::Idle;
         }
+        if !s.verified {
+            // The STREAM offset is past the committed one: walk there message by message.
+            let (group, subscriber, target) = (s.group.clone(), s.subscriber.clone(), s.next);
+            let from = self.committed(topic, &group, &subscriber, *fragment);
+            match message_start(&log, from, target) {
+                Ok(true) => {
+                    if let Some(s) = self.streams.get_mut(key) {
+                        s.verified = true;
+                    }
+                }
+                Ok(false) | Err(_) => {
+                    let reason = format!(
+                        "STREAM offset {target} is not the start of a message of fragment {fragment} at or after the committed offset {from}"
+                    );
+                    Counters::add(&self.ctx.counters.relay.bad_request, 1);
+                    let _ = self.send(routing_id, RelayReply::Error(reason));
+                    return Pumped::Drop;
+                }
+            }
+            return Pumped::Sent; // pump again
+        }
         let room = s.max_batch.min(s.window - unacked) as usize;
         if let Some((since, seen_end)) = s.partial {
             // Waiting for a partial batch to fill: nothing new and not yet due.
@@ -471,7 +590,7 @@ impl Relay {
                 return Pumped::Idle;
             }
         }
-        let (messages, after) = match log.messages(s.next, room, BATCH_BYTES) {
+        let raw = match log.raw_messages(s.next, room, BATCH_BYTES) {
             Ok(m) => m,
             Err(StoreError::InvalidOffset { .. }) => {
                 let reason = format!("offset {} is not a record boundary of this copy", s.next);
@@ -483,10 +602,10 @@ impl Relay {
                 return Pumped::Idle;
             }
         };
-        if messages.is_empty() {
+        if raw.starts.is_empty() {
             return Pumped::Idle;
         }
-        let full = messages.len() >= room;
+        let full = raw.starts.len() >= room;
         if !full && s.flush_ms > 0 {
             match s.partial {
                 None => {
@@ -504,20 +623,24 @@ impl Relay {
         }
         // Push only while the fragment is still this subscriber's (as far as this node has
         // applied): a member that lost it gets nothing more.
-        let (group, subscriber, revision) = (s.group.clone(), s.subscriber.clone(), s.revision);
-        if !self.owns(topic, &group, *fragment, &subscriber, revision) {
-            self.revoke(key);
-            return Pumped::Drop;
+        let (group, subscriber, revision, first) =
+            (s.group.clone(), s.subscriber.clone(), s.revision, s.next);
+        match self.owns(topic, &group, *fragment, &subscriber, revision) {
+            Ownership::Owns => {}
+            Ownership::NotYet => return Pumped::Idle,
+            Ownership::NotOwned => {
+                self.revoke(key);
+                return Pumped::Drop;
+            }
         }
-        let count = messages.len() as u32;
+        let (starts, after) = (raw.starts, raw.end);
+        let count = starts.len() as u32;
         let batch = RelayReply::Records {
             topic: topic.clone(),
             fragment: *fragment,
+            offset: first,
             end: after,
-            messages: messages
-                .into_iter()
-                .map(|(offset, frames)| PushedMessage { offset, frames })
-                .collect(),
+            records: raw.bytes,
         };
         match self.send(routing_id, batch) {
             Sent::Ok => {
@@ -525,7 +648,8 @@ impl Relay {
                 if let Some(s) = self.streams.get_mut(key) {
                     s.next = after;
                     s.partial = None;
-                    s.inflight.push_back((after, count));
+                    s.last_sent = Instant::now();
+                    s.inflight.push_back(Pushed { end: after, starts });
                 }
                 Counters::add(&counters.relay.batch_pushed, 1);
                 Counters::add(&counters.relay.message_pushed, u64::from(count));
@@ -548,19 +672,42 @@ impl Relay {
         fragment: u32,
         subscriber: &str,
         revision: u64,
-    ) -> bool {
+    ) -> Ownership {
         self.ctx
             .cluster
             .state
             .with_applied(|m, applied| {
-                applied < revision
-                    || m.subscriptions
-                        .get(topic)
-                        .and_then(|gs| gs.get(group))
-                        .and_then(|g| g.assignment.get(&fragment))
-                        .is_some_and(|owners| owners.iter().any(|o| o == subscriber))
+                if applied < revision {
+                    return Ownership::NotYet;
+                }
+                let owns = m
+                    .subscriptions
+                    .get(topic)
+                    .and_then(|gs| gs.get(group))
+                    .and_then(|g| g.assignment.get(&fragment))
+                    .is_some_and(|owners| owners.iter().any(|o| o == subscriber));
+                if owns {
+                    Ownership::Owns
+                } else {
+                    Ownership::NotOwned
+                }
             })
-            .unwrap_or(true)
+            .unwrap_or(Ownership::NotYet)
+    }
+
+    /// The committed offset `subscriber` resumes `fragment` from (0 when none).
+    fn committed(&self, topic: &str, group: &str, subscriber: &str, fragment: u32) -> u64 {
+        self.ctx
+            .cluster
+            .state
+            .with_metadata(|m| {
+                let policy = m.topics.get(topic).map(|t| t.policy).unwrap_or_default();
+                m.subscriptions
+                    .get(topic)
+                    .and_then(|gs| gs.get(group))
+                    .map_or(0, |g| g.committed(policy, subscriber, fragment))
+            })
+            .unwrap_or(0)
     }
 
     /// Ends a stream with REVOKED.
@@ -583,11 +730,36 @@ impl Relay {
         let revoked: Vec<StreamKey> = self
             .streams
             .iter()
-            .filter(|(key, s)| !self.owns(&key.1, &s.group, key.2, &s.subscriber, s.revision))
+            .filter(|(key, s)| {
+                self.owns(&key.1, &s.group, key.2, &s.subscriber, s.revision) == Ownership::NotOwned
+            })
             .map(|(key, _)| key.clone())
             .collect();
         for key in revoked {
             self.revoke(&key);
+        }
+        // Streams that sent nothing for a while: a heartbeat finds members that have gone.
+        let quiet: Vec<StreamKey> = self
+            .streams
+            .iter()
+            .filter(|(_, s)| s.last_sent.elapsed() >= HEARTBEAT)
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in quiet {
+            let beat = RelayReply::Heartbeat {
+                topic: key.1.clone(),
+                fragment: key.2,
+            };
+            match self.send(&key.0, beat) {
+                Sent::Gone => {
+                    self.streams.remove(&key);
+                }
+                Sent::Ok | Sent::Full => {
+                    if let Some(s) = self.streams.get_mut(&key) {
+                        s.last_sent = Instant::now();
+                    }
+                }
+            }
         }
     }
 
@@ -656,6 +828,26 @@ impl Relay {
         s.connect(endpoint)?;
         Ok(s)
     }
+}
+
+/// Whether `target` is the start of a message, walking message by message from `from` (a
+/// message start) for at most [`VERIFY_WALK`] bytes.
+fn message_start(log: &zper_store::TopicLog, from: u64, target: u64) -> Result<bool, StoreError> {
+    let mut at = from;
+    while at < target {
+        if at - from > VERIFY_WALK {
+            return Ok(false);
+        }
+        let raw = log.raw_messages(at, 100_000, 4 << 20)?;
+        if raw.starts.is_empty() {
+            return Ok(false);
+        }
+        if raw.starts.binary_search(&target).is_ok() {
+            return Ok(true);
+        }
+        at = raw.end;
+    }
+    Ok(at == target)
 }
 
 /// Why a commit was refused, for the REVOKED reply.
