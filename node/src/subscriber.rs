@@ -39,6 +39,9 @@ pub struct SubscriberOptions {
     pub window: u32,
     /// How long to wait for the controller's first answer.
     pub timeout: Duration,
+    /// Deliver batches as stored bytes ([`Event::RawBatch`]) instead of split messages: no
+    /// per-message allocation, for consumers that parse records themselves (the perf tool).
+    pub raw: bool,
 }
 
 impl SubscriberOptions {
@@ -53,6 +56,7 @@ impl SubscriberOptions {
             flush_ms: 0,
             window: 1000,
             timeout: Duration::from_secs(10),
+            raw: false,
         }
     }
 }
@@ -96,6 +100,18 @@ pub enum Event {
         messages: Vec<PushedMessage>,
         /// Offset after the last message.
         end: u64,
+    },
+    /// With [`SubscriberOptions::raw`]: a batch as stored records (`zper.md` §6.2) of whole
+    /// messages from `offset` to `end`, none seen before by this subscriber.
+    RawBatch {
+        /// Fragment.
+        fragment: u32,
+        /// Offset of the first message.
+        offset: u64,
+        /// Offset after the last message.
+        end: u64,
+        /// The stored records.
+        records: Vec<u8>,
     },
     /// The group's offset in `fragment` is committed up to `offset`.
     Acked {
@@ -179,6 +195,7 @@ impl Subscriber {
         match ControllerReply::decode(&request, &frames) {
             Some(ControllerReply::Subscription(info)) => {
                 s.apply(info);
+                s.connect_all_controllers()?;
                 Ok(s)
             }
             Some(ControllerReply::Status(status)) => Err(SubscriberError::Refused {
@@ -188,6 +205,27 @@ impl Subscriber {
                 status: Status::InvalidCommand.byte(),
             }),
         }
+    }
+
+    /// Connects the controller socket to every node's controller as well (from `NODES`), so
+    /// keep-alives still reach the cluster when the node first asked goes away.
+    fn connect_all_controllers(&mut self) -> Result<(), SubscriberError> {
+        let request = ControllerRequest::Nodes;
+        self.controller.send_multipart(request.encode(), 0)?;
+        if self.controller.poll(zmq::POLLIN, 2000)? == 0 {
+            return Ok(()); // keep the ones given
+        }
+        let frames = self.controller.recv_multipart(0)?;
+        if let Some(ControllerReply::Nodes(nodes)) = ControllerReply::decode(&request, &frames) {
+            for n in nodes {
+                let endpoint = &n.endpoints[3];
+                if !endpoint.is_empty() && !self.opts.controllers.contains(endpoint) {
+                    self.controller.connect(endpoint)?;
+                    self.opts.controllers.push(endpoint.clone());
+                }
+            }
+        }
+        Ok(())
     }
 
     fn member(&self) -> Member {
@@ -392,6 +430,20 @@ impl Subscriber {
             } if topic == self.opts.topic => {
                 let st = self.fragments.get_mut(&fragment)?;
                 st.last_heard = Instant::now();
+                if self.opts.raw {
+                    // Only the batch that continues where this subscriber is (a restarted
+                    // stream may repeat a batch; batches start at message boundaries).
+                    if offset != st.next {
+                        return None;
+                    }
+                    st.next = end;
+                    return Some(Event::RawBatch {
+                        fragment,
+                        offset,
+                        end,
+                        records,
+                    });
+                }
                 // Drop what was seen already (a restarted stream overlaps).
                 let messages: Vec<PushedMessage> = split_messages(offset, &records)?
                     .into_iter()

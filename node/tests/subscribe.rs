@@ -263,7 +263,7 @@ impl TestSubscriber {
                         }
                         Event::Result(r) => seen.results.push((r.id, r.payload)),
                         Event::Error(reason) => panic!("the relay refused: {reason}"),
-                        Event::Assigned(_) => {}
+                        Event::Assigned(_) | Event::RawBatch { .. } => {}
                     }
                 }
             }

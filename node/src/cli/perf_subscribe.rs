@@ -37,11 +37,11 @@ pub struct SubscribePerfArgs {
     /// Messages each reader reads.
     #[arg(long, short = 'n', default_value_t = 1_000_000)]
     pub messages: u64,
-    /// Push: messages per batch.
-    #[arg(long, default_value_t = 1000)]
+    /// Push: messages per batch (a batch is also cut at 1 MiB, the FETCH size).
+    #[arg(long, default_value_t = 10_000)]
     pub batch: u32,
     /// Push: messages pushed and not yet acknowledged.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 100_000)]
     pub window: u32,
     /// FETCH size, bytes.
     #[arg(long = "fetch-size", default_value_t = 1 << 20)]
@@ -65,6 +65,7 @@ fn push_reader(
     );
     opts.max_batch = a.batch;
     opts.window = a.window;
+    opts.raw = true; // parse records in place, as the FETCH reader does
     let mut sub = Subscriber::subscribe(opts)?;
     start.wait();
     let t0 = Instant::now();
@@ -75,18 +76,19 @@ fn push_reader(
             bail!("reader {i}: {count} of {} messages in 600 s", a.messages);
         }
         for ev in sub.poll(Duration::from_millis(100))? {
-            if let Event::Batch {
+            if let Event::RawBatch {
                 fragment,
-                messages,
                 end,
+                records,
+                ..
             } = ev
             {
-                count += messages.len() as u64;
-                bytes += messages
-                    .iter()
-                    .flat_map(|m| &m.frames)
-                    .map(|f| f.len() as u64)
-                    .sum::<u64>();
+                for rec in Records::new(&records) {
+                    bytes += rec.payload.len() as u64;
+                    if !rec.more {
+                        count += 1;
+                    }
+                }
                 sub.ack(fragment, end)?;
             }
         }

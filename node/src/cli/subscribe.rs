@@ -198,7 +198,7 @@ fn print_records(
                     eprintln!("fragment {fragment} revoked: {reason}")
                 }
                 Event::Error(reason) => bail!("the relay refused a request: {reason}"),
-                Event::Acked { .. } | Event::Result(_) => {}
+                Event::Acked { .. } | Event::Result(_) | Event::RawBatch { .. } => {}
             }
         }
         if args.idle_ms > 0 && last.elapsed() >= Duration::from_millis(args.idle_ms) {
