@@ -647,27 +647,32 @@ fn zper_subscribe_prints_the_records_and_commits_the_group_offset() {
     c.create("clisub", 1, "default");
     let p = Producer::new(&c, 1, "clisub", 1);
     p.publish(&RECORDS1, Duration::ZERO);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_zper"))
-        .args([
-            "subscribe",
-            "-t",
-            "clisub",
-            "-g",
-            "cli",
-            "--id",
-            "one",
-            "-c",
-            &c.controllers().join(","),
-            "-n",
-            "4",
-        ])
-        .output()
-        .expect("run zper subscribe");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let controllers = c.controllers().join(",");
+    let subscribe = |n: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_zper"))
+            .args([
+                "subscribe",
+                "-t",
+                "clisub",
+                "-g",
+                "cli",
+                "--id",
+                "one",
+                "-c",
+                &controllers,
+                "-n",
+                n,
+            ])
+            .output()
+            .expect("run zper subscribe");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    };
+    let out = subscribe("4");
     let lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(str::to_owned)
@@ -682,27 +687,7 @@ fn zper_subscribe_prints_the_records_and_commits_the_group_offset() {
         ]
     );
     // The same member resumes after what it acknowledged.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_zper"))
-        .args([
-            "subscribe",
-            "-t",
-            "clisub",
-            "-g",
-            "cli",
-            "--id",
-            "one",
-            "-c",
-            &c.controllers().join(","),
-            "-n",
-            "2",
-        ])
-        .output()
-        .expect("run zper subscribe");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = subscribe("2");
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         "p1-4\tqwerty\np1-5\tasdfgh\n"

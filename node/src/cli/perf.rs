@@ -300,30 +300,10 @@ fn consume(a: ConsumeArgs, targets: &Targets) -> Result<()> {
     let client = ReaderClient::connect(&ctx, &reader, &a.topic, 10_000)?;
     let pb = progress(a.messages);
     let start = Instant::now();
-    let mut offset = client.offset(Timestamp::Earliest)?;
-    let (mut count, mut bytes, mut fetch_size) = (0u64, 0u64, a.fetch_size.max(16));
-    while count < a.messages {
-        let Some(data) = client.fetch(offset, fetch_size)? else {
-            bail!("offset {offset} not readable (101)");
-        };
-        // Frame-granular progress (spec §5.3): a message may span FETCHes.
-        let mut it = Records::new(&data);
-        for rec in it.by_ref() {
-            bytes += rec.payload.len() as u64;
-            if !rec.more {
-                count += 1;
-            }
-        }
-        if it.valid_bytes() == 0 {
-            if data.len() as u64 >= fetch_size {
-                fetch_size = fetch_size.saturating_mul(2); // one record larger than the FETCH
-                continue;
-            }
-            break; // end of the log
-        }
-        offset += it.valid_bytes() as u64;
-        pb.set_position(count);
-    }
+    let offset = client.offset(Timestamp::Earliest)?;
+    let (count, bytes) = fetch_messages(&client, offset, a.fetch_size, a.messages, |n| {
+        pb.set_position(n)
+    })?;
     let secs = start.elapsed().as_secs_f64();
     pb.finish_and_clear();
     summary(
@@ -343,6 +323,44 @@ fn consume(a: ConsumeArgs, targets: &Targets) -> Result<()> {
         bail!("the log ended after {count} of {} messages", a.messages);
     }
     Ok(())
+}
+
+/// Reads from `offset` with FETCHes of `fetch_size` bytes until `messages` messages are read or
+/// the log ends, calling `progress` with the count after each FETCH. Returns (messages,
+/// payload bytes).
+///
+/// Errors: an offset the reader answers 101 for; the reader's errors.
+pub(crate) fn fetch_messages(
+    client: &ReaderClient,
+    mut offset: u64,
+    fetch_size: u64,
+    messages: u64,
+    mut progress: impl FnMut(u64),
+) -> Result<(u64, u64)> {
+    let (mut count, mut bytes, mut fetch_size) = (0u64, 0u64, fetch_size.max(16));
+    while count < messages {
+        let Some(data) = client.fetch(offset, fetch_size)? else {
+            bail!("offset {offset} not readable (101)");
+        };
+        // Frame-granular progress (spec §5.3): a message may span FETCHes.
+        let mut it = Records::new(&data);
+        for rec in it.by_ref() {
+            bytes += rec.payload.len() as u64;
+            if !rec.more {
+                count += 1;
+            }
+        }
+        if it.valid_bytes() == 0 {
+            if data.len() as u64 >= fetch_size {
+                fetch_size = fetch_size.saturating_mul(2); // one record larger than the FETCH
+                continue;
+            }
+            break; // end of the log
+        }
+        offset += it.valid_bytes() as u64;
+        progress(count);
+    }
+    Ok((count, bytes))
 }
 
 fn raw(a: RawArgs) -> Result<()> {

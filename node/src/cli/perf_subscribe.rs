@@ -12,7 +12,7 @@ use clap::Args;
 use zper_wire::{Records, Timestamp};
 
 use super::client::{endpoint, ReaderClient, Targets};
-use super::perf::summary;
+use super::perf::{fetch_messages, summary};
 use crate::subscriber::{Event, Subscriber, SubscriberOptions};
 
 /// Options of `zper perf subscribe`.
@@ -101,29 +101,12 @@ fn push_reader(
 fn fetch_reader(a: &SubscribePerfArgs, reader: &str, start: &Barrier) -> Result<Read> {
     let ctx = zmq::Context::new();
     let client = ReaderClient::connect(&ctx, reader, &a.topic, 10_000)?;
-    let mut offset = client.offset(Timestamp::Earliest)?;
+    let offset = client.offset(Timestamp::Earliest)?;
     start.wait();
     let t0 = Instant::now();
-    let (mut count, mut bytes, mut fetch_size) = (0u64, 0u64, a.fetch_size.max(16));
-    while count < a.messages {
-        let Some(data) = client.fetch(offset, fetch_size)? else {
-            bail!("offset {offset} not readable (101)");
-        };
-        let mut it = Records::new(&data);
-        for rec in it.by_ref() {
-            bytes += rec.payload.len() as u64;
-            if !rec.more {
-                count += 1;
-            }
-        }
-        if it.valid_bytes() == 0 {
-            if data.len() as u64 >= fetch_size {
-                fetch_size = fetch_size.saturating_mul(2);
-                continue;
-            }
-            bail!("the log ended after {count} of {} messages", a.messages);
-        }
-        offset += it.valid_bytes() as u64;
+    let (count, bytes) = fetch_messages(&client, offset, a.fetch_size, a.messages, |_| {})?;
+    if count < a.messages {
+        bail!("the log ended after {count} of {} messages", a.messages);
     }
     Ok((count, bytes, t0.elapsed()))
 }
