@@ -166,6 +166,9 @@ impl Node {
         relay.set_router_mandatory(true)?; // a full or vanished subscriber fails the send
         relay.set_router_handover(true)?; // a reconnecting subscriber takes its identity over
         relay.set_sndhwm(crate::endpoint::relay::RELAY_HWM)?;
+        // Requests are small; a result payload may be as large as a message. A peer sending
+        // more is disconnected by libzmq instead of being buffered.
+        relay.set_maxmsgsize((config.max_message as i64).saturating_add(64 * 1024))?;
         relay.set_linger(0)?;
         relay
             .bind(&config.relay_bind)

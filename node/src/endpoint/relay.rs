@@ -50,6 +50,8 @@ const CHECK_EVERY: Duration = Duration::from_millis(200);
 const COMMIT_RETRY: Duration = Duration::from_millis(500);
 /// Results queued per peer relay before further ones are dropped.
 const PEER_HWM: i32 = 10_000;
+/// Most RESULTS registrations a relay keeps (each lasts `RESULTS_LEASE_MS`).
+const MAX_REGISTRATIONS: usize = 10_000;
 
 /// What the relay works with.
 pub(crate) struct Shared {
@@ -269,9 +271,16 @@ impl Relay {
                 self.deliver(&r);
             }
             Ok(RelayRequest::Results { topic, prefix }) => {
+                // A renewal replaces its registration; new ones stop at the cap.
                 self.registrations.retain(|r| {
                     !(r.routing_id == *routing_id && r.topic == topic && r.prefix == prefix)
                 });
+                if self.registrations.len() >= MAX_REGISTRATIONS {
+                    Counters::add(&counters.relay.bad_request, 1);
+                    let reason = format!("{MAX_REGISTRATIONS} RESULTS registrations already");
+                    let _ = self.send(routing_id, RelayReply::Error(reason));
+                    return;
+                }
                 self.registrations.push(Registration {
                     routing_id: routing_id.clone(),
                     topic: topic.clone(),
