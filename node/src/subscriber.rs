@@ -171,6 +171,10 @@ impl Subscriber {
         let ctx = zmq::Context::new();
         let controller = ctx.socket(zmq::DEALER)?;
         controller.set_linger(0)?;
+        // Requests go only to controllers actually connected: one that is down (or just died)
+        // is skipped instead of holding a request forever.
+        controller.set_immediate(true)?;
+        controller.set_sndtimeo(opts.timeout.as_millis() as i32)?;
         for c in &opts.controllers {
             controller.connect(c)?;
         }
@@ -186,7 +190,10 @@ impl Subscriber {
             opts,
         };
         let request = ControllerRequest::Subscribe(s.member());
-        s.controller.send_multipart(request.encode(), 0)?;
+        match s.controller.send_multipart(request.encode(), 0) {
+            Err(zmq::Error::EAGAIN) => return Err(SubscriberError::Timeout(s.opts.timeout)),
+            other => other?,
+        }
         let wait = s.opts.timeout.as_millis() as i64;
         if s.controller.poll(zmq::POLLIN, wait)? == 0 {
             return Err(SubscriberError::Timeout(s.opts.timeout));
@@ -382,7 +389,11 @@ impl Subscriber {
                 }
             }
             let wait = timeout.min(self.lease / 6).as_millis() as i64;
-            zmq::poll(&mut items, wait)?;
+            match zmq::poll(&mut items, wait) {
+                // A signal (the caller's Ctrl-C): nothing happened; the caller decides.
+                Err(zmq::Error::EINTR) => return Ok(events),
+                other => other?,
+            };
             items.iter().map(|i| i.is_readable()).collect::<Vec<_>>()
         };
         if ready.first() == Some(&true) {
@@ -529,16 +540,40 @@ impl Subscriber {
     /// Errors: `Timeout`; `Refused(101)` when it was not a member any more.
     pub fn unsubscribe(self) -> Result<(), SubscriberError> {
         let request = ControllerRequest::Unsubscribe(self.member());
-        self.controller.send_multipart(request.encode(), 0)?;
         let deadline = Instant::now() + self.opts.timeout;
+        let mut sent = 0u32;
+        let mut resend = Instant::now();
         loop {
+            // Sent again every second: the socket takes turns over the controllers it is
+            // connected to, and one may have just died with the request queued to it.
+            if Instant::now() >= resend {
+                match self
+                    .controller
+                    .send_multipart(request.encode(), zmq::DONTWAIT)
+                {
+                    Ok(()) => sent += 1,
+                    Err(zmq::Error::EAGAIN | zmq::Error::EINTR) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                resend = Instant::now() + Duration::from_secs(1);
+            }
             let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || self.controller.poll(zmq::POLLIN, left.as_millis() as i64)? == 0 {
+            if left.is_zero() {
                 return Err(SubscriberError::Timeout(self.opts.timeout));
             }
-            let frames = self.controller.recv_multipart(0)?;
+            let wait = left.min(Duration::from_millis(200)).as_millis() as i64;
+            match self.controller.poll(zmq::POLLIN, wait) {
+                Ok(0) | Err(zmq::Error::EINTR) => continue,
+                Ok(_) => {}
+                Err(e) => return Err(e.into()),
+            }
+            let Ok(frames) = self.controller.recv_multipart(zmq::DONTWAIT) else {
+                continue;
+            };
             match frames.as_slice() {
                 [s] if s.as_slice() == [Status::Ok.byte()] => return Ok(()),
+                // A repeated request found it gone: an earlier one took it out.
+                [s] if s.as_slice() == [Status::InvalidOffset.byte()] && sent > 1 => return Ok(()),
                 [s] if s.len() == 1 => return Err(SubscriberError::Refused { status: s[0] }),
                 _ => continue, // a keepalive answer still in flight
             }

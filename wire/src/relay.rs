@@ -63,6 +63,9 @@ pub const HEARTBEAT: &[u8] = b"HEARTBEAT";
 /// How long a RESULTS registration lasts, ms.
 pub const RESULTS_LEASE_MS: u64 = 60_000;
 
+/// Longest `flush ms` a STREAM may ask for (a partial batch waits at most a minute).
+pub const MAX_FLUSH_MS: u32 = 60_000;
+
 /// Largest `window` (messages pushed and not yet acknowledged) a STREAM may ask for.
 pub const MAX_WINDOW: u32 = 100_000;
 
@@ -226,6 +229,9 @@ impl RelayRequest {
                 }
                 if r.window == 0 || r.window > MAX_WINDOW {
                     return Err(RelayError::Range("window"));
+                }
+                if r.flush_ms > MAX_FLUSH_MS {
+                    return Err(RelayError::Range("flush ms"));
                 }
                 Ok(RelayRequest::Stream(r))
             }

@@ -57,11 +57,22 @@ pub struct SubscribeArgs {
     pub leave: bool,
 }
 
+/// A line on stderr; a closed stderr is ignored (eprintln! would panic).
+fn note(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
 /// Runs `zper subscribe`: one line per message, its frames (lossy UTF-8) joined by a tab.
 pub fn run(args: SubscribeArgs, targets: &Targets) -> Result<()> {
     let max = zper_wire::relay::MAX_WINDOW;
     if args.batch == 0 || args.window == 0 || args.batch > max || args.window > max {
         bail!("--batch and --window must be between 1 and {max}");
+    }
+    if args.flush_ms > zper_wire::relay::MAX_FLUSH_MS {
+        bail!(
+            "--flush-ms must be at most {} (a minute)",
+            zper_wire::relay::MAX_FLUSH_MS
+        );
     }
     // Ctrl-C or SIGTERM ends the loop, so the member leaves its group at once (its fragments
     // move to the others) instead of holding them until its lease ends.
@@ -91,13 +102,13 @@ pub fn run(args: SubscribeArgs, targets: &Targets) -> Result<()> {
             controllers.join(",")
         )
     })?;
-    eprintln!(
+    note(&format!(
         "subscribed to {} as {}/{}: fragments {:?}",
         args.topic,
         args.group,
         id,
         sub.fragments()
-    );
+    ));
     let out = std::io::stdout();
     let mut out = out.lock();
     let mut seen = 0u64;
@@ -193,9 +204,9 @@ fn print_records(
                     out.flush()?;
                     sub.ack(fragment, end)?;
                 }
-                Event::Assigned(f) => eprintln!("fragments now {f:?}"),
+                Event::Assigned(f) => note(&format!("fragments now {f:?}")),
                 Event::Revoked { fragment, reason } => {
-                    eprintln!("fragment {fragment} revoked: {reason}")
+                    note(&format!("fragment {fragment} revoked: {reason}"))
                 }
                 Event::Error(reason) => bail!("the relay refused a request: {reason}"),
                 Event::Acked { .. } | Event::Result(_) | Event::RawBatch { .. } => {}

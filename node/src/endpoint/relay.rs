@@ -91,6 +91,10 @@ struct Stream {
     revision: u64,
     /// Batches pushed and not acknowledged.
     inflight: VecDeque<Pushed>,
+    /// Messages in `inflight`.
+    unacked: u32,
+    /// This node's copy of the fragment, once it exists.
+    log: Option<Arc<zper_store::TopicLog>>,
     /// When a partial batch was first seen (flush timer), and the visible end then.
     partial: Option<(Instant, u64)>,
     /// The window is full (counted once per stall).
@@ -101,7 +105,7 @@ struct Stream {
 
 impl Stream {
     fn unacked(&self) -> u32 {
-        self.inflight.iter().map(|b| b.starts.len() as u32).sum()
+        self.unacked
     }
 
     /// Whether `offset` is where an acknowledgement may stop: at or before what was already
@@ -118,9 +122,12 @@ impl Stream {
         self.acked_upto = self.acked_upto.max(offset);
         while let Some(b) = self.inflight.front_mut() {
             if b.end <= offset {
+                self.unacked -= b.starts.len() as u32;
                 self.inflight.pop_front();
             } else {
+                let before = b.starts.len();
                 b.starts.retain(|s| *s >= offset);
+                self.unacked -= (before - b.starts.len()) as u32;
                 break;
             }
         }
@@ -203,13 +210,14 @@ pub(crate) fn run(zctx: zmq::Context, router: zmq::Socket, ctx: Shared, stop: Ar
     while !stop.load(Ordering::Relaxed) {
         relay.settle_commits();
         // Short waits while streams are pushing; idle streams re-read their visible ends every
-        // few ms (new data reaches a waiting subscriber within that).
+        // 10 ms (new data reaches a waiting subscriber within that; flush times are kept to
+        // that precision).
         let wait = if relay.streams.is_empty() {
             POLL_MS
         } else if busy {
             1
         } else {
-            5
+            10
         };
         match relay.router.poll(zmq::POLLIN, wait) {
             Ok(_) => {}
@@ -365,6 +373,8 @@ impl Relay {
                 window: s.window,
                 revision: s.revision,
                 inflight: VecDeque::new(),
+                unacked: 0,
+                log: None,
                 partial: None,
                 stalled: false,
                 last_sent: Instant::now(),
@@ -544,7 +554,7 @@ impl Relay {
                 }
             }
         }
-        busy || self.streams.values().any(|s| s.partial.is_some())
+        busy
     }
 
     fn pump(&mut self, key: &StreamKey) -> Pumped {
@@ -561,7 +571,10 @@ impl Relay {
             return Pumped::Idle;
         }
         s.stalled = false;
-        let Some(log) = self.ctx.store.topic(&log_key(topic, *fragment)) else {
+        if s.log.is_none() {
+            s.log = self.ctx.store.topic(&log_key(topic, *fragment));
+        }
+        let Some(log) = s.log.clone() else {
             return Pumped::Idle; // this copy has nothing yet
         };
         let Ok(end) = log.visible_end() else {
@@ -658,6 +671,7 @@ impl Relay {
                     s.next = after;
                     s.partial = None;
                     s.last_sent = Instant::now();
+                    s.unacked += starts.len() as u32;
                     s.inflight.push_back(Pushed { end: after, starts });
                 }
                 Counters::add(&counters.relay.batch_pushed, 1);
