@@ -539,7 +539,13 @@ impl Relay {
     /// Pushes what every stream may send; true when anything was sent (or a partial batch
     /// waits for its flush time).
     fn pump_all(&mut self) -> bool {
-        let keys: Vec<StreamKey> = self.streams.keys().cloned().collect();
+        // Streams paused on a full window are skipped without work (an ACK reopens them).
+        let keys: Vec<StreamKey> = self
+            .streams
+            .iter()
+            .filter(|(_, s)| !(s.stalled && s.unacked >= s.window))
+            .map(|(k, _)| k.clone())
+            .collect();
         let mut busy = false;
         for key in keys {
             // Several batches per turn when the subscriber keeps up.
