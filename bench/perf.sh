@@ -8,33 +8,12 @@
 set -euo pipefail
 N=${N:-1000000}
 REQ_CLIENTS=${REQ_CLIENTS:-64}
-cd "$(dirname "$0")/.."
-# The first release build compiles RocksDB's C++ (15+ minutes on 2 cores).
-cargo build --release -q -p zper
-Z=${CARGO_TARGET_DIR:-target}/release/zper
-dir=$(mktemp -d)
-trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -rf "$dir"' EXIT
-cat > "$dir/bench.properties" <<CONF
-base_dir = $dir/data
-writer.bind = tcp://127.0.0.1:25555
-reader.bind = tcp://127.0.0.1:25556
-ack.bind = tcp://127.0.0.1:25557
-controller.bind = tcp://127.0.0.1:25558
-replica.bind = tcp://127.0.0.1:25560
-relay.bind = tcp://127.0.0.1:25559
-dolly.requests.bind = tcp://127.0.0.1:25566
-dolly.updates.bind = tcp://127.0.0.1:25564
-dolly.snapshots.bind = tcp://127.0.0.1:25565
-http.bind = 127.0.0.1:25644
-flush_messages = 1000
-flush_interval = 1000
-CONF
-RUST_LOG=warn $Z --config "$dir/bench.properties" &
-pid=$!
-sleep 1
-mkdir -p "$dir/data"
-W=127.0.0.1:25555
-R=127.0.0.1:25556
+PORT_BASE=25500
+NODE_CONF="flush_messages = 1000
+flush_interval = 1000"
+. "$(dirname "$0")/node.sh"
+W=$(port 55)
+R=$(port 56)
 out=$dir/results
 {
   $Z perf raw -n "$N"

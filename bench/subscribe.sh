@@ -10,35 +10,17 @@
 # Bounded: N messages, 3 x 2 runs.
 set -euo pipefail
 N=${N:-5000000}
-cd "$(dirname "$0")/.."
-cargo build --release -q -p zper
-Z=${CARGO_TARGET_DIR:-target}/release/zper
-dir=$(mktemp -d)
-trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -rf "$dir"' EXIT
-cat > "$dir/bench.properties" <<CONF
-base_dir = $dir/data
-writer.bind = tcp://127.0.0.1:26555
-reader.bind = tcp://127.0.0.1:26556
-ack.bind = tcp://127.0.0.1:26557
-controller.bind = tcp://127.0.0.1:26558
-relay.bind = tcp://127.0.0.1:26559
-replica.bind = tcp://127.0.0.1:26560
-dolly.requests.bind = tcp://127.0.0.1:26566
-dolly.updates.bind = tcp://127.0.0.1:26564
-dolly.snapshots.bind = tcp://127.0.0.1:26565
-http.bind = 127.0.0.1:26644
-flush_messages = 1000
-flush_interval = 100
-CONF
-RUST_LOG=warn $Z --config "$dir/bench.properties" &
-pid=$!
-for _ in $(seq 100); do curl -sf http://127.0.0.1:26644/v1/status/ready >/dev/null && break; sleep 0.2; done
+PORT_BASE=26500
+NODE_CONF="flush_messages = 1000
+flush_interval = 100"
+. "$(dirname "$0")/node.sh"
+W=$(port 55) R=$(port 56) C=$(port 58)
 out=$dir/results
 {
-  $Z perf produce -t push -w 127.0.0.1:26555 -n "$N" -m 1
+  $Z perf produce -t push -w $W -n "$N" -m 1
   for k in 1 4 16; do
-    $Z perf subscribe -t push -c 127.0.0.1:26558 -k "$k" -n "$N"
-    $Z perf subscribe -t push -r 127.0.0.1:26556 --fetch -k "$k" -n "$N"
+    $Z perf subscribe -t push -c $C -k "$k" -n "$N"
+    $Z perf subscribe -t push -r $R --fetch -k "$k" -n "$N"
   done
 } | tee "$out"
 field() { grep "^perf $1 " "$out" | sed -n "${3:-1}p" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
