@@ -27,6 +27,7 @@ pub(crate) struct Logs(pub(crate) Option<std::sync::Arc<dyn LocalLogs>>);
 pub(crate) fn routes() -> Router<ClusterNode> {
     Router::new()
         .route("/v1/status/ready", get(ready))
+        .route("/v1/status/live", get(live))
         .route("/v1/raft", get(raft_state))
         .route("/v1/cluster/health", get(health))
         .route("/v1/brokers", get(brokers))
@@ -109,6 +110,39 @@ async fn ready(State(node): State<ClusterNode>) -> (StatusCode, Json<Ready>) {
             leader: m.current_leader,
             last_log_index: m.last_log_index,
             last_applied: applied,
+        }),
+    )
+}
+
+#[derive(Serialize)]
+struct Live {
+    live: bool,
+    state: String,
+    /// Why the Raft core stopped, when it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+/// Liveness (issue #13): 200 while the Raft core runs; 503 once it has stopped (a storage
+/// error such as a full disk), which is when a supervisor should restart the node.
+async fn live(State(node): State<ClusterNode>) -> (StatusCode, Json<Live>) {
+    let m = node.raft.metrics().borrow().clone();
+    let error = match &m.running_state {
+        Err(fatal) => Some(fatal.to_string()),
+        Ok(()) if m.state == openraft::ServerState::Shutdown => Some("shut down".to_owned()),
+        Ok(()) => None,
+    };
+    let status = if error.is_none() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        status,
+        Json(Live {
+            live: error.is_none(),
+            state: format!("{:?}", m.state),
+            error,
         }),
     )
 }
@@ -443,10 +477,13 @@ struct Health {
 
 /// 200 when a Raft leader is known, every node's lease is current and every fragment is led by
 /// a live node; otherwise 503 with the list of what is wrong.
-async fn health(State(node): State<ClusterNode>) -> (StatusCode, Json<Health>) {
+async fn health(
+    State(node): State<ClusterNode>,
+    Extension(logs): Extension<Logs>,
+) -> (StatusCode, Json<Health>) {
     let now = now_ms();
     let meta = node.state.cluster_metadata();
-    let mut problems = Vec::new();
+    let mut problems = logs.0.as_ref().map(|l| l.problems()).unwrap_or_default();
     if node.leader().is_none() {
         problems.push("no Raft leader".to_owned());
     }

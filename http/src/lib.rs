@@ -30,6 +30,12 @@ pub struct FragmentOffsets {
 pub trait LocalLogs: Send + Sync {
     /// This node's offsets of `topic`'s fragment `fragment`, or `None` when it holds no copy.
     fn offsets(&self, topic: &str, fragment: u32) -> Option<FragmentOffsets>;
+
+    /// What is wrong with this node's own copies (damaged logs, a failing disk), one line
+    /// each, for `/v1/cluster/health` (issue #13). None by default.
+    fn problems(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// What the node adds to the admin API beyond Raft state.

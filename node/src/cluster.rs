@@ -75,7 +75,10 @@ impl Member {
             reader: advertise(&zmq.reader, &host),
             ack: advertise(&zmq.ack, &host),
             controller: advertise(&zmq.controller, &host),
-            replica: advertise(&zmq.replica, &host),
+            replica: config
+                .replica_advertise
+                .clone()
+                .unwrap_or_else(|| advertise(&zmq.replica, &host)),
             relay: advertise(&zmq.relay, &host),
             dolly_requests: advertise(&zmq.dolly_requests, &host),
             dolly_updates: advertise(&zmq.dolly_updates, &host),
@@ -181,11 +184,12 @@ impl Member {
             Duration::from_millis(c.lease_ms),
         ));
         let supervisor = runtime.spawn(supervise(node.clone(), Duration::from_millis(c.lease_ms)));
+        let watchdog = runtime.spawn(watch_raft_core(node.clone()));
         info!(id = c.node_id, http = %http, "cluster member started");
         Ok(Member {
             runtime,
             node,
-            tasks: vec![server, registrar, supervisor],
+            tasks: vec![server, registrar, supervisor, watchdog],
             http,
             relay,
         })
@@ -228,6 +232,54 @@ impl zper_http::LocalLogs for StoreLogs {
             start_offset,
             end_offset,
         })
+    }
+
+    fn problems(&self) -> Vec<String> {
+        self.0
+            .topics()
+            .iter()
+            .filter_map(|log| {
+                let d = log.damage().ok().flatten()?;
+                Some(format!(
+                    "{}: this node's copy is damaged from offset {} (checksum mismatches found: {}); it repairs from an in-sync replica",
+                    log.name(),
+                    d.at,
+                    log.corruptions().unwrap_or(0)
+                ))
+            })
+            .collect()
+    }
+}
+
+/// Exit status of a node whose Raft core stopped on its own (issue #13).
+pub const EXIT_RAFT_STOPPED: i32 = 75;
+
+/// Exits the process (status [`EXIT_RAFT_STOPPED`]) when the Raft core stops while the node
+/// runs (a storage error such as a full disk under `raft.dir`): a node without its Raft core
+/// can neither renew its lease nor learn placement, so it says so by exiting and lets its
+/// supervisor restart it once the cause is gone (issue #13). A clean shutdown aborts this
+/// task before it stops Raft.
+async fn watch_raft_core(node: ClusterNode) {
+    let mut metrics = node.raft.metrics();
+    loop {
+        let stopped = {
+            let m = metrics.borrow();
+            match &m.running_state {
+                Err(fatal) => Some(fatal.to_string()),
+                Ok(()) if m.state == zper_raft::ServerState::Shutdown => {
+                    Some("shut down".to_owned())
+                }
+                Ok(()) => None,
+            }
+        };
+        if let Some(why) = stopped {
+            tracing::error!(reason = %why, "the Raft core stopped (is the disk under raft.dir full or failing?): exiting so the supervisor restarts this node");
+            std::process::exit(EXIT_RAFT_STOPPED);
+        }
+        if metrics.changed().await.is_err() {
+            tracing::error!("the Raft core is gone: exiting so the supervisor restarts this node");
+            std::process::exit(EXIT_RAFT_STOPPED);
+        }
     }
 }
 

@@ -65,6 +65,10 @@ pub struct NodeConfig {
     pub controller_bind: String,
     /// Replication ROUTER endpoint (`replica.bind`, default `tcp://*:5560`; issue #4).
     pub replica_bind: String,
+    /// Replication endpoint other nodes connect to (`replica.advertise`; default: `replica.bind`
+    /// with the advertised HTTP host). Set it when replicas reach this node through a proxy,
+    /// NAT or another port.
+    pub replica_advertise: Option<String>,
     /// Relay ROUTER endpoint: push delivery to subscribers and the results back-channel
     /// (`relay.bind`, default `tcp://*:5559`, the README's ZPRelay; issue #7).
     pub relay_bind: String,
@@ -177,6 +181,7 @@ const KNOWN: &[&str] = &[
     "ack.bind",
     "controller.bind",
     "replica.bind",
+    "replica.advertise",
     "relay.bind",
     "subscription.lease_ms",
     "dolly.requests.bind",
@@ -217,6 +222,7 @@ impl Default for NodeConfig {
             ack_bind: "tcp://*:5557".into(),
             controller_bind: "tcp://*:5558".into(),
             replica_bind: "tcp://*:5560".into(),
+            replica_advertise: None,
             relay_bind: "tcp://*:5559".into(),
             subscription_lease: Duration::from_millis(10_000),
             dolly_requests_bind: "tcp://*:3266".into(),
@@ -376,6 +382,16 @@ impl NodeConfig {
                 }
                 *field = v;
             }
+        }
+        if let Some(v) = get("replica.advertise") {
+            if !v.starts_with("tcp://") || !valid_endpoint(&v) || v.contains('*') {
+                return Err(bad(
+                    "replica.advertise",
+                    &v,
+                    "a tcp:// endpoint with a host and port that other nodes can connect to, such as tcp://10.0.0.5:5560",
+                ));
+            }
+            c.replica_advertise = Some(v);
         }
         c.replica_lag = Duration::from_millis(num(map, "replica.lag_ms", 5000, 10)?);
         c.acks_leader = match map.get("acks").map(|v| v.trim()) {

@@ -69,7 +69,34 @@ pub struct Counters {
     pub dolly: DollyCounters,
     /// Relay (push delivery) events (`zper_relay_events_total{event}`).
     pub relay: RelayCounters,
+    /// Data integrity events (`zper_integrity_events_total{event}`, issue #13).
+    pub integrity: IntegrityCounters,
     topics: RwLock<BTreeMap<String, std::sync::Arc<TopicCounters>>>,
+}
+
+/// Data integrity events (issue #13).
+#[derive(Debug, Default)]
+pub struct IntegrityCounters {
+    /// Stored bytes that did not match their checksum (at recovery or on a read).
+    pub corruption_detected: AtomicU64,
+    /// A damaged copy proposed to leave the in-sync replicas.
+    pub isr_left: AtomicU64,
+    /// A damaged copy was cut back to fetch the rest again from the leader.
+    pub copy_repaired: AtomicU64,
+    /// Writes refused because the disk (or the Raft store) failed, e.g. full.
+    pub disk_refused: AtomicU64,
+}
+
+impl IntegrityCounters {
+    /// `(event label, counter)` pairs.
+    pub fn events(&self) -> [(&'static str, &AtomicU64); 4] {
+        [
+            ("corruption_detected", &self.corruption_detected),
+            ("isr_left", &self.isr_left),
+            ("copy_repaired", &self.copy_repaired),
+            ("disk_refused", &self.disk_refused),
+        ]
+    }
 }
 
 impl Default for Counters {
@@ -103,6 +130,7 @@ impl Default for Counters {
             connections: Default::default(),
             dolly: DollyCounters::default(),
             relay: RelayCounters::default(),
+            integrity: IntegrityCounters::default(),
             topics: RwLock::new(BTreeMap::new()),
         }
     }
@@ -250,6 +278,7 @@ pub struct CountersCollector {
     connections: IntGaugeVec,
     dolly: IntCounterVec,
     relay: IntCounterVec,
+    integrity: IntCounterVec,
 }
 
 /// Moves a Prometheus counter up to `value` (counters only increase).
@@ -341,6 +370,13 @@ impl CountersCollector {
                 ),
                 &["event"],
             )?,
+            integrity: IntCounterVec::new(
+                Opts::new(
+                    "zper_integrity_events_total",
+                    "Damaged data found, damaged copies leaving the ISR and repaired, writes refused on disk failure, by event.",
+                ),
+                &["event"],
+            )?,
         })
     }
 
@@ -379,6 +415,7 @@ impl Collector for CountersCollector {
         d.extend(self.connections.desc());
         d.extend(self.dolly.desc());
         d.extend(self.relay.desc());
+        d.extend(self.integrity.desc());
         d.extend(self.counters.flush_seconds.desc());
         d
     }
@@ -415,6 +452,12 @@ impl Collector for CountersCollector {
                 Counters::get(value),
             );
         }
+        for (event, value) in k.integrity.events() {
+            catch_up(
+                &self.integrity.with_label_values(&[event]),
+                Counters::get(value),
+            );
+        }
         for (endpoint, open) in ENDPOINTS.iter().zip(&k.connections) {
             self.connections
                 .with_label_values(&[*endpoint])
@@ -444,6 +487,7 @@ impl Collector for CountersCollector {
         out.extend(self.connections.collect());
         out.extend(self.dolly.collect());
         out.extend(self.relay.collect());
+        out.extend(self.integrity.collect());
         out.extend(self.counters.flush_seconds.collect());
         out
     }

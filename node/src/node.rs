@@ -82,6 +82,9 @@ pub struct Endpoints {
     pub http: String,
 }
 
+/// Flush notices queued between the writer workers and the ack PUB thread, at most.
+pub const NOTICE_QUEUE: usize = 10_000;
+
 /// A started node. Dropping it without [`Node::shutdown`] leaves its threads running.
 pub struct Node {
     endpoints: Endpoints,
@@ -218,7 +221,9 @@ impl Node {
                 Err(e) => warn!(endpoint = index, error = %e, "no connection monitor"),
             }
         }
-        let (notice_tx, notice_rx) = crossbeam_channel::unbounded();
+        // Bounded (issue #13): a notice that finds the queue full is dropped; the next one
+        // covers its range, as a PUB subscriber past its HWM would see anyway.
+        let (notice_tx, notice_rx) = crossbeam_channel::bounded(NOTICE_QUEUE);
         let ack_counters = counters.clone();
         threads.extend(monitors);
         threads.push(
@@ -242,6 +247,14 @@ impl Node {
                     cluster: member.node(),
                     runtime: member.handle(),
                     view: view.clone(),
+                    retain_hours: Some(
+                        config
+                            .store
+                            .retain
+                            .as_secs()
+                            .div_ceil(3600)
+                            .clamp(1, u64::from(u32::MAX)) as u32,
+                    ),
                 }),
             },
             store.clone(),
@@ -262,6 +275,8 @@ impl Node {
                 cluster: member.node(),
                 runtime: member.handle(),
                 lag: config.replica_lag,
+                min_insync: config.min_insync,
+                acks_leader: config.acks_leader,
             },
         )?);
         let cap = config.max_message as u64 + 9;
@@ -336,10 +351,11 @@ impl Node {
                 .map_err(|_| zmq::Error::EMFILE)?,
         );
         let (rstore, rstop, every) = (store.clone(), stop.clone(), config.retention_check);
+        let rview = view.clone();
         threads.push(
             std::thread::Builder::new()
                 .name("zper-retention".into())
-                .spawn(move || retention(rstore, rstop, every))
+                .spawn(move || retention(rstore, rstop, every, rview))
                 .map_err(|_| zmq::Error::EMFILE)?,
         );
         info!(
@@ -406,13 +422,20 @@ impl Node {
     }
 }
 
-fn retention(store: Arc<Store>, stop: Arc<AtomicBool>, every: Duration) {
+/// Deletes expired closed segments every `every`; a topic in the metadata keeps its own
+/// `retain_hours` (issue #13), others the node's.
+fn retention(
+    store: Arc<Store>,
+    stop: Arc<AtomicBool>,
+    every: Duration,
+    view: crate::replication::PlacementView,
+) {
     let mut next = Instant::now() + every;
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(100));
         if Instant::now() >= next {
             next = Instant::now() + every;
-            if let Err(e) = store.apply_retention(SystemTime::now()) {
+            if let Err(e) = store.apply_retention_with(SystemTime::now(), |k| view.retention(k)) {
                 error!(error = %e, "retention failed");
             }
         }

@@ -25,6 +25,33 @@ impl Cluster {
 
     /// Three nodes with `extra` config lines each.
     fn start_with(extra: &str) -> Cluster {
+        Self::start_each(|_| extra.to_owned())
+    }
+
+    /// Three nodes whose replication is reached through a [`CutProxy`] each (node n's is
+    /// `proxies[n - 1]`), so a test can block one node's replication port alone.
+    fn start_proxied(extra: &str) -> (Cluster, Vec<CutProxy>) {
+        let real: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let proxies: Vec<CutProxy> = real
+            .iter()
+            .map(|r| CutProxy::start(free_port(), *r))
+            .collect();
+        let ports: Vec<(u16, u16)> = real
+            .iter()
+            .zip(&proxies)
+            .map(|(r, p)| (*r, p.port))
+            .collect();
+        let c = Self::start_each(|i| {
+            format!(
+                "replica.bind = tcp://127.0.0.1:{}\nreplica.advertise = tcp://127.0.0.1:{}\n{extra}",
+                ports[i].0, ports[i].1
+            )
+        });
+        (c, proxies)
+    }
+
+    /// Three nodes, node i + 1 with `extra(i)` config lines.
+    fn start_each(extra: impl Fn(usize) -> String) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
         let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
         let quorum: String = (0..3)
@@ -39,8 +66,9 @@ impl Cluster {
                     &data[i],
                     ports[i],
                     &format!(
-                        "node.id = {}\n{quorum}node.lease_ms = 1500\nflush_interval = 50\n{extra}",
-                        i + 1
+                        "node.id = {}\n{quorum}node.lease_ms = 1500\nflush_interval = 50\n{}",
+                        i + 1,
+                        extra(i)
                     ),
                 )
             })
@@ -552,6 +580,240 @@ fn below_min_insync_acked_writes_are_refused_with_a_status_and_reads_go_on() {
         .chain(20..30)
         .collect();
     assert_eq!(all, expected);
+}
+
+/// Issue #13, defect 2: with only the leader's replication port blocked (Raft and clients
+/// still work), the ISR shrank to the leader after `replica.lag_ms` and every message then
+/// waiting was acknowledged with one copy on disk, although `min_insync` = 2. Each answer must
+/// be status 103 unless the message is on another replica's disk, and readers must not see
+/// what only the leader holds.
+#[test]
+fn acks_waiting_when_the_isr_falls_below_min_insync_get_103_not_an_ack() {
+    let (c, proxies) = Cluster::start_proxied("replica.lag_ms = 300\n");
+    let leader = c.create("edge", 3);
+    assert_eq!(c.produce_acked(leader, "edge", 0..10).len(), 10);
+    let writer = c.nodes[leader as usize - 1].writer.clone();
+    let dealer = client(&c.ctx, zmq::DEALER, &identity("edge", 2), &writer);
+    dealer.set_rcvtimeo(15_000).expect("rcvtimeo");
+
+    proxies[leader as usize - 1].cut();
+    // Pipelined while the ISR is still full: appended, then left waiting.
+    for id in 100u32..120 {
+        dealer
+            .send_multipart([&b""[..], &id.to_be_bytes()[..], b"waiting"], 0)
+            .expect("send");
+    }
+    let mut acked = Vec::new();
+    let mut refused = Vec::new();
+    for _ in 100u32..120 {
+        let reply = dealer.recv_multipart(0).expect("every message is answered");
+        let id = u32::from_be_bytes(reply[1][..4].try_into().expect("id"));
+        match reply.len() {
+            2 => acked.push(id),
+            3 if reply[2] == [zper_wire::WRITER_NOT_ENOUGH_REPLICAS] => refused.push(id),
+            _ => panic!("unexpected reply {reply:?}"),
+        }
+    }
+    assert!(
+        eventually(|| c.fragment(leader, "edge")["isr"] == json!([leader])),
+        "the ISR shrank to the leader: {}",
+        c.fragment(leader, "edge")
+    );
+    // Any acknowledged message must be durable on a second replica.
+    for id in &acked {
+        let on_others = (1..=3)
+            .filter(|n| *n != leader)
+            .filter(|n| ids_in(&concat(&c.segments(*n, "edge"))).contains(id))
+            .count();
+        assert!(
+            on_others >= 1,
+            "{id} was acknowledged with one copy (acked {acked:?})"
+        );
+    }
+    assert!(
+        !refused.is_empty(),
+        "the waiting messages were refused: acked {acked:?}"
+    );
+    // Readers on the leader do not see what only it holds.
+    let r = client(
+        &c.ctx,
+        zmq::DEALER,
+        &identity("edge", 0),
+        &c.nodes[leader as usize - 1].reader,
+    );
+    let seen = ids_in(&read_all(&r));
+    for id in &refused {
+        assert!(
+            !seen.contains(id),
+            "{id} is visible with one copy: {seen:?}"
+        );
+    }
+    // Healed: the replicas catch up, the ISR grows back and acks flow again.
+    proxies[leader as usize - 1].heal();
+    assert!(
+        eventually(|| c.fragment(leader, "edge")["isr"]
+            .as_array()
+            .is_some_and(|a| a.len() == 3)),
+        "{}",
+        c.fragment(leader, "edge")
+    );
+    assert!(eventually(
+        || c.produce_acked(leader, "edge", 200..201) == [200]
+    ));
+}
+
+/// The end offset of each message in a log's bytes, by its 4-byte id.
+fn message_ends(log: &[u8]) -> std::collections::HashMap<u32, u64> {
+    let mut out = std::collections::HashMap::new();
+    let (mut pos, mut id, mut first) = (0u64, None, true);
+    for rec in zper_wire::Records::new(log) {
+        pos += rec.stored_len() as u64;
+        if first && rec.payload.len() == 4 {
+            id = Some(u32::from_be_bytes(rec.payload.try_into().expect("4 bytes")));
+        }
+        first = !rec.more;
+        if !rec.more {
+            if let Some(id) = id.take() {
+                out.insert(id, pos);
+            }
+        }
+    }
+    out
+}
+
+/// Issue #13, defect 4: each ack PUB notice carried the id of the last message appended with
+/// the high-water mark's offset, so many named a message ending past the offset announced.
+/// A notice must name a message that ends at or before its offset, and only the fragment's
+/// leader publishes them.
+#[test]
+fn ack_notices_name_a_message_ending_at_or_before_their_offset_and_come_from_the_leader() {
+    let c = Cluster::start();
+    let leader = c.create("notes", 3);
+    let subs: Vec<zmq::Socket> = (1..=3)
+        .map(|n| {
+            let s = c.ctx.socket(zmq::SUB).expect("sub");
+            s.set_subscribe(b"notes").expect("subscribe");
+            s.connect(&c.nodes[n - 1].ack).expect("connect");
+            s
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(300)); // SUB joins
+    let dealer = client(
+        &c.ctx,
+        zmq::DEALER,
+        &identity("notes", 0),
+        &c.nodes[leader as usize - 1].writer,
+    );
+    let body = vec![b'x'; 2000];
+    for id in 0u32..3000 {
+        dealer
+            .send_multipart([&id.to_be_bytes()[..], &body[..]], 0)
+            .expect("send");
+    }
+    let r = client(
+        &c.ctx,
+        zmq::DEALER,
+        &identity("notes", 0),
+        &c.nodes[leader as usize - 1].reader,
+    );
+    assert!(
+        eventually(|| ids_in(&read_all(&r)).len() == 3000),
+        "all stored and visible"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let ends = message_ends(&concat(&c.segments(leader, "notes")));
+    let mut notices = 0;
+    for (i, sub) in subs.iter().enumerate() {
+        while let Ok(frames) = sub.recv_multipart(zmq::DONTWAIT) {
+            assert_eq!(frames.len(), 3, "{frames:?}");
+            assert_eq!(frames[0], b"notes");
+            assert_eq!(
+                i as u64 + 1,
+                leader,
+                "a notice from node {} which does not lead",
+                i + 1
+            );
+            let id = u32::from_be_bytes(frames[1][..].try_into().expect("a 4-byte id"));
+            let offset = u64::from_be_bytes(frames[2][..].try_into().expect("an 8-byte offset"));
+            let end = ends.get(&id).copied().expect("the named message is stored");
+            assert!(
+                end <= offset,
+                "notice at {offset} names message {id} ending at {end}"
+            );
+            notices += 1;
+        }
+    }
+    assert!(notices > 0, "notices were published");
+}
+
+/// Issue #13, defect 1: a restarted node opened its topics with no high-water mark, so for a
+/// moment its reader served its whole flushed tail, including messages never acknowledged
+/// that replication then cut. Every id a reader sees right after the restart must be in the
+/// final log.
+#[test]
+fn a_restarted_former_leader_serves_nothing_that_is_then_cut() {
+    let mut c = Cluster::start();
+    let leader = c.create("dirty", 3);
+    assert_eq!(c.produce_acked(leader, "dirty", 0..10).len(), 10);
+    let others: Vec<u64> = (1..=3).filter(|n| *n != leader).collect();
+    for n in &others {
+        c.nodes[*n as usize - 1].pause();
+    }
+    // The leader's lease is still current: it appends and flushes these, but no replica
+    // confirms them, so nobody is told they are safe.
+    let dealer = client(
+        &c.ctx,
+        zmq::DEALER,
+        &identity("dirty", 0),
+        &c.nodes[leader as usize - 1].writer,
+    );
+    for id in 1000u32..1050 {
+        dealer
+            .send_multipart([&id.to_be_bytes()[..], b"unconfirmed"], 0)
+            .expect("send");
+    }
+    assert!(
+        eventually(|| ids_in(&concat(&c.segments(leader, "dirty"))).len() == 60),
+        "appended on the leader alone"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(200)); // flushed (flush_interval 50)
+    c.node(leader).kill9();
+    for n in &others {
+        c.nodes[*n as usize - 1].resume();
+    }
+    let survivor = others[0];
+    c.new_leader(survivor, "dirty", leader);
+    c.node(leader).restart();
+    let r = client(
+        &c.ctx,
+        zmq::DEALER,
+        &identity("dirty", 0),
+        &c.nodes[leader as usize - 1].reader,
+    );
+    let mut seen = std::collections::BTreeSet::new();
+    let started = std::time::Instant::now();
+    while started.elapsed() < std::time::Duration::from_secs(3) {
+        seen.extend(ids_in(&read_all(&r)));
+    }
+    assert!(
+        eventually(|| {
+            let a = c.segments(survivor, "dirty");
+            (1..=3).all(|n| c.segments(n, "dirty") == a)
+        }),
+        "copies converge"
+    );
+    let fin: std::collections::BTreeSet<u32> = ids_in(&concat(&c.segments(survivor, "dirty")))
+        .into_iter()
+        .collect();
+    let dirty: Vec<&u32> = seen.difference(&fin).collect();
+    assert!(
+        dirty.is_empty(),
+        "read after the restart, then cut: {dirty:?}"
+    );
+    assert!(
+        (0..10).all(|id| fin.contains(&id)),
+        "acknowledged ones kept"
+    );
 }
 
 #[test]

@@ -314,6 +314,12 @@ fn empty_messages_are_dropped_when_not_allowed_so_recovery_never_cuts_acked_data
     assert_eq!(Counters::get(&n.node().counters().empty_messages), 1);
     // A restart (recovery with allow_empty_message = false) keeps both.
     let dir = n.dir.path().to_owned();
+    let mut n = n;
+    n.node
+        .take()
+        .expect("running")
+        .shutdown()
+        .expect("clean shutdown");
     let mut config = test_config(&dir);
     config.store.allow_empty_message = false;
     let store = zper_store::Store::open(config.store).expect("reopen");

@@ -22,6 +22,8 @@ mod types;
 
 pub use cluster::{ClusterConfig, ClusterError, ClusterNode, ProposalStats};
 pub use log_store::LogStore;
+/// openraft's role of a Raft node (Leader, Follower, ..., Shutdown), as metrics report it.
+pub use openraft::ServerState;
 pub use state_machine::{DollyUpdate, StateMachineStore};
 pub use types::{valid_http_address, NodeEndpoints, NodeId, TypeConfig};
 

@@ -56,6 +56,27 @@ pub enum StoreError {
         /// The chunk's offset.
         got: u64,
     },
+    /// Another process (or another store in this one) holds the data directory (issue #13:
+    /// two nodes on one `base_dir` would append to the same segment files).
+    #[error("data directory {dir} is in use by {holder}: stop that node, or give this one another base_dir")]
+    Locked {
+        /// The data directory.
+        dir: PathBuf,
+        /// What the lock file says of its holder (`pid <n>`), or `unknown`.
+        holder: String,
+    },
+    /// Stored bytes do not match their checksum (issue #13): they are never served.
+    #[error("corrupt data in topic {topic} at offsets {start}..{end} ({path}): checksum mismatch")]
+    Corrupt {
+        /// Topic (store key).
+        topic: String,
+        /// The segment file.
+        path: PathBuf,
+        /// First byte of the damaged range (absolute offset).
+        start: u64,
+        /// End of the damaged range (absolute offset).
+        end: u64,
+    },
     /// A lock was poisoned by a panic on another thread.
     #[error("store lock poisoned for {0}")]
     Poisoned(String),

@@ -6,6 +6,8 @@
 //! offset. This crate must never touch the network, zmq or an async runtime: the node drives it
 //! from its own threads.
 
+mod checkpoint;
+pub mod checksum;
 mod epochs;
 mod error;
 pub mod flush;
@@ -18,10 +20,11 @@ mod store;
 mod topic;
 mod writing;
 
+pub use checkpoint::{CHECKPOINT_EVERY, HIGH_WATER_FILE};
 pub use epochs::EPOCHS_FILE;
 pub use error::StoreError;
 pub use flush::FlushPolicy;
 pub use reading::{Fetched, RawMessages};
 pub use replica::ReplicaChunk;
 pub use store::{log_key, Store, StoreConfig};
-pub use topic::{FlushOutcome, TopicLog};
+pub use topic::{Damage, FlushOutcome, TopicLog};

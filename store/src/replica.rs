@@ -42,10 +42,48 @@ impl TopicLog {
 
     /// Sets the high-water mark (`None`: readers see everything flushed, the single-node and
     /// `acks = leader` behaviour). The mark never moves past the written end.
+    ///
+    /// A mark that rose is recorded in the topic's checkpoint file at most once per
+    /// [`crate::CHECKPOINT_EVERY`] (issue #13), so a restarted node starts from it.
     pub fn set_high_water(&self, hw: Option<u64>) -> Result<(), StoreError> {
         let mut st = self.lock()?;
         st.high_water = hw.map(|h| h.min(st.written_end));
+        if let Some(h) = st.high_water {
+            let due = st.hw_recorded.is_none_or(|(recorded, at)| {
+                recorded != h && at.elapsed() >= crate::CHECKPOINT_EVERY
+            });
+            if due {
+                self.record_high_water(&mut st, h, false);
+            }
+        }
         Ok(())
+    }
+
+    /// Records the current high-water mark in the checkpoint file now, durably (before a
+    /// clean exit). Nothing happens for a log without a mark.
+    ///
+    /// Errors: the topic lock is poisoned.
+    pub fn checkpoint_high_water(&self) -> Result<(), StoreError> {
+        let mut st = self.lock()?;
+        if let Some(h) = st.high_water {
+            self.record_high_water(&mut st, h, true);
+        }
+        Ok(())
+    }
+
+    /// Writes `mark` to the checkpoint file under the topic lock (so a truncation's lower
+    /// mark is never overwritten by an older, higher one). A failure is logged: the file then
+    /// holds an older, lower mark, which is safe.
+    pub(crate) fn record_high_water(
+        &self,
+        st: &mut crate::topic::TopicState,
+        mark: u64,
+        durable: bool,
+    ) {
+        match crate::checkpoint::store(&self.dir, mark, durable) {
+            Ok(()) => st.hw_recorded = Some((mark, std::time::Instant::now())),
+            Err(e) => warn!(topic = %self.name, error = %e, "cannot record the high-water mark"),
+        }
     }
 
     /// How many times the log was cut back since it was opened: a writer waiting to
@@ -89,9 +127,8 @@ impl TopicLog {
         let mut want = available.min(max_bytes.max(1));
         loop {
             let mut bytes = vec![0u8; want as usize];
-            seg.file()
-                .and_then(|f| f.read_exact_at(&mut bytes, offset - seg.start))
-                .map_err(|e| StoreError::io("read", &seg.path, e))?;
+            // Checked: a damaged leader never ships damage to its replicas (issue #13).
+            self.read_checked(&seg, &mut bytes, offset)?;
             let mut it = Records::new(&bytes);
             it.by_ref().for_each(drop);
             let whole = it.message_bytes() as u64;
@@ -203,18 +240,40 @@ impl TopicLog {
             if let Err(e) = fs::remove_file(&later.path) {
                 return Err(StoreError::io("delete segment", &later.path, e));
             }
+            let _ = fs::remove_file(later.sums_path());
         }
         keep.close();
         let file = Segment::open_for_append(&keep.path).map_err(|e| io("open segment", e))?;
         file.set_len(len).map_err(|e| io("truncate", e))?;
         file.sync_all().map_err(|e| io("fsync", e))?;
+        // The checksums follow the cut (the last kept range is summed again from its bytes).
+        let sums = {
+            let mut sums = keep.sums();
+            let keep_n = sums.entries.partition_point(|e| e.end <= len);
+            let from = sums.start_of(keep_n).min(len) as usize;
+            sums.truncate(len, &head[from..]);
+            crate::checksum::rewrite(&keep.sums_path(), &mut sums)
+                .map_err(|e| StoreError::io("write checksums", keep.sums_path(), e))?;
+            std::mem::take(&mut *sums)
+        };
         sync_dir(&self.dir)?;
         let mut index = SparseIndex::live(keep.start);
         index.note_records(keep.start, &head);
-        st.segments[i] = Arc::new(Segment::active(keep.start, &keep.path, file, index));
+        st.segments[i] = Arc::new(Segment::active(keep.start, &keep.path, file, index, sums));
         st.written_end = offset;
         st.flushed_end = offset;
         st.high_water = st.high_water.map(|h| h.min(offset));
+        if st
+            .hw_recorded
+            .is_some_and(|(recorded, _)| recorded > offset)
+            || st.hw_recorded.is_none()
+        {
+            // The file may name an offset that is gone: lower it before anything is
+            // appended at the cut (issue #13).
+            let mark = st.high_water.unwrap_or(0).min(offset);
+            crate::checkpoint::store(&self.dir, mark, true)?;
+            st.hw_recorded = Some((mark, std::time::Instant::now()));
+        }
         st.pending = 0;
         st.first_unflushed = None;
         st.truncations += 1;

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
+use crate::checksum::{self, Checksums, Mismatch};
 use crate::index::SparseIndex;
 
 /// File name of the segment starting at absolute offset `start`.
@@ -37,16 +38,34 @@ pub struct Segment {
     open: Mutex<Option<Arc<File>>>,
     /// Record boundaries, built on append or lazily on first lookup.
     pub(crate) index: Mutex<SparseIndex>,
+    /// Checksums of its bytes (`checksum.rs`): kept up to date on append for the active
+    /// segment, read from the sidecar on first use for a closed one.
+    pub(crate) sums: Mutex<Checksums>,
+}
+
+/// Why a verified read failed.
+#[derive(Debug)]
+pub(crate) enum ReadFailure {
+    Io(io::Error),
+    /// The bytes at this relative range do not match their checksum.
+    Corrupt(Mismatch),
 }
 
 impl Segment {
     /// A segment kept open for appending.
-    pub(crate) fn active(start: u64, path: &Path, file: File, index: SparseIndex) -> Self {
+    pub(crate) fn active(
+        start: u64,
+        path: &Path,
+        file: File,
+        index: SparseIndex,
+        sums: Checksums,
+    ) -> Self {
         Segment {
             start,
             path: path.to_owned(),
             open: Mutex::new(Some(Arc::new(file))),
             index: Mutex::new(index),
+            sums: Mutex::new(sums),
         }
     }
 
@@ -57,7 +76,75 @@ impl Segment {
             path: path.to_owned(),
             open: Mutex::new(None),
             index: Mutex::new(SparseIndex::default()),
+            sums: Mutex::new(Checksums::default()),
         }
+    }
+
+    /// Path of its checksum sidecar.
+    pub(crate) fn sums_path(&self) -> PathBuf {
+        checksum::path_for(&self.path)
+    }
+
+    /// Its checksums (loaded from the sidecar on first use).
+    pub(crate) fn sums(&self) -> std::sync::MutexGuard<'_, Checksums> {
+        let mut g = match self.sums.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if !g.loaded {
+            g.entries = checksum::load(&self.sums_path());
+            g.stored = g.entries.len();
+            g.loaded = true;
+        }
+        g
+    }
+
+    /// True once rotation closed it.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.open.lock().map(|g| g.is_none()).unwrap_or(false)
+    }
+
+    /// Reads `buf.len()` bytes at relative offset `rel`, checking every byte its checksums
+    /// cover: the covering appends are read whole and compared (bytes no checksum covers,
+    /// such as ZPER's own data, are read as they are).
+    pub(crate) fn read_verified(&self, buf: &mut [u8], rel: u64) -> Result<(), ReadFailure> {
+        use std::os::unix::fs::FileExt;
+        let file = self.file().map_err(ReadFailure::Io)?;
+        let to = rel + buf.len() as u64;
+        let (from_cov, entries, covered) = {
+            let sums = self.sums();
+            let covered = sums.covered().min(to);
+            let r = sums.covering(rel, covered);
+            if r.is_empty() {
+                (0, Vec::new(), 0)
+            } else {
+                let from = sums.start_of(r.start);
+                (from, sums.entries[r].to_vec(), covered)
+            }
+        };
+        if entries.is_empty() {
+            return file.read_exact_at(buf, rel).map_err(ReadFailure::Io);
+        }
+        let cov_end = entries.last().map_or(0, |e| e.end);
+        let mut whole = vec![0u8; (cov_end - from_cov) as usize];
+        file.read_exact_at(&mut whole, from_cov)
+            .map_err(ReadFailure::Io)?;
+        let check = Checksums {
+            entries,
+            stored: 0,
+            loaded: true,
+        };
+        if let Some(m) = check.verify(from_cov, &whole) {
+            return Err(ReadFailure::Corrupt(m));
+        }
+        let n = (covered - rel) as usize;
+        let lo = (rel - from_cov) as usize;
+        buf[..n].copy_from_slice(&whole[lo..lo + n]);
+        if n < buf.len() {
+            file.read_exact_at(&mut buf[n..], covered)
+                .map_err(ReadFailure::Io)?;
+        }
+        Ok(())
     }
 
     /// Creates (or opens) a segment file for appending.

@@ -71,17 +71,60 @@ fn valid_key(key: &str) -> bool {
 pub struct Store {
     config: StoreConfig,
     topics: RwLock<HashMap<String, Arc<TopicLog>>>,
+    /// The exclusive lock on `<base_dir>/.lock`, held while the store is open.
+    _lock: fs::File,
+}
+
+/// File in `base_dir` whose exclusive lock marks the directory as in use (not a topic name).
+pub const LOCK_FILE: &str = ".lock";
+
+/// Takes the exclusive lock on `<dir>/.lock` and writes this process' id into it.
+///
+/// Errors: `Locked` naming the holder when another open file holds it; I/O.
+fn lock_dir(dir: &std::path::Path) -> Result<fs::File, StoreError> {
+    use std::io::{Read, Seek, Write};
+    let path = dir.join(LOCK_FILE);
+    let mut file = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| StoreError::io("open lock file", &path, e))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(fs::TryLockError::WouldBlock) => {
+            let mut text = String::new();
+            let _ = file.read_to_string(&mut text);
+            let holder = text.trim();
+            return Err(StoreError::Locked {
+                dir: dir.to_owned(),
+                holder: if holder.is_empty() {
+                    "unknown".into()
+                } else {
+                    holder.to_owned()
+                },
+            });
+        }
+        Err(fs::TryLockError::Error(e)) => return Err(StoreError::io("lock", &path, e)),
+    }
+    let io = |op, e| StoreError::io(op, &path, e);
+    file.set_len(0).map_err(|e| io("truncate lock file", e))?;
+    file.rewind().map_err(|e| io("seek lock file", e))?;
+    writeln!(file, "pid {}", std::process::id()).map_err(|e| io("write lock file", e))?;
+    Ok(file)
 }
 
 impl Store {
     /// Opens `base_dir`, recovering every topic directory found in it (a directory whose name is a
     /// valid topic; anything else is ignored).
     ///
-    /// Errors: `base_dir` can't be created or read (for example it is a file); a segment can't be
-    /// opened or recovered.
+    /// Errors: `base_dir` can't be created or read (for example it is a file); `Locked` when
+    /// another store holds it (issue #13); a segment can't be opened or recovered.
     pub fn open(config: StoreConfig) -> Result<Store, StoreError> {
         let dir = &config.base_dir;
         fs::create_dir_all(dir).map_err(|e| StoreError::io("create base_dir", dir, e))?;
+        let lock = lock_dir(dir)?;
         let mut topics = HashMap::new();
         for entry in fs::read_dir(dir).map_err(|e| StoreError::io("list", dir, e))? {
             let entry = entry.map_err(|e| StoreError::io("list", dir, e))?;
@@ -104,6 +147,7 @@ impl Store {
         Ok(Store {
             config,
             topics: RwLock::new(topics),
+            _lock: lock,
         })
     }
 
@@ -157,22 +201,39 @@ impl Store {
         all
     }
 
-    /// Flushes every topic (clean shutdown). Returns the first error after trying all.
+    /// Flushes every topic and records its high-water mark (clean shutdown). Returns the first error after trying all.
     pub fn flush_all(&self) -> Result<(), StoreError> {
         let mut first = None;
         for t in self.topics() {
-            if let Err(e) = t.flush() {
+            let done = t
+                .flush()
+                .and_then(|_| t.sync_checksums())
+                .and_then(|()| t.checkpoint_high_water());
+            if let Err(e) = done {
                 first.get_or_insert(e);
             }
         }
         first.map_or(Ok(()), Err)
     }
 
-    /// Applies retention to every topic at `now`; returns how many segments were deleted.
+    /// Applies retention to every topic at `now` with the store's `retain`; returns how many
+    /// segments were deleted.
     pub fn apply_retention(&self, now: SystemTime) -> Result<usize, StoreError> {
+        self.apply_retention_with(now, |_| None)
+    }
+
+    /// Applies retention to every topic at `now`; `retain_of(key)` gives a topic's own
+    /// retention (issue #13: a topic's `retain_hours` wins over the node's), `None` for the
+    /// store's. Returns how many segments were deleted.
+    pub fn apply_retention_with(
+        &self,
+        now: SystemTime,
+        retain_of: impl Fn(&str) -> Option<Duration>,
+    ) -> Result<usize, StoreError> {
         let mut n = 0;
         for t in self.topics() {
-            n += t.apply_retention(self.config.retain, now)?.len();
+            let retain = retain_of(t.name()).unwrap_or(self.config.retain);
+            n += t.apply_retention(retain, now)?.len();
         }
         Ok(n)
     }
@@ -181,6 +242,29 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_data_directory_opens_once_and_the_refusal_names_the_holder() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let config = StoreConfig {
+            base_dir: dir.path().to_owned(),
+            ..StoreConfig::default()
+        };
+        let first = Store::open(config.clone()).expect("open");
+        match Store::open(config.clone()) {
+            Err(e @ StoreError::Locked { .. }) => {
+                let text = e.to_string();
+                assert!(
+                    text.contains(&format!("pid {}", std::process::id())),
+                    "{text}"
+                );
+                assert!(text.contains("base_dir"), "a hint: {text}");
+            }
+            other => panic!("a second open must be refused: {other:?}"),
+        }
+        drop(first);
+        Store::open(config).expect("free again once the first is closed");
+    }
 
     #[test]
     fn fragment_keys_cannot_collide_with_topics() {

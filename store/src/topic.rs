@@ -37,6 +37,24 @@ pub(crate) struct TopicState {
     pub(crate) epochs: Vec<(u64, u64)>,
     /// Truncations since the log was opened (`replica.rs`).
     pub(crate) truncations: u64,
+    /// The high-water mark last recorded in the checkpoint file, and when (`checkpoint.rs`).
+    pub(crate) hw_recorded: Option<(u64, Instant)>,
+    /// Set when this copy was found damaged (issue #13); cleared by [`TopicLog::repaired`].
+    pub(crate) damage: Option<Damage>,
+    /// Checksum mismatches found since the log was opened.
+    pub(crate) corruptions: u64,
+}
+
+/// Where a copy of a log is damaged (issue #13): from `at` (an absolute offset, a message
+/// boundary) on, its bytes cannot be trusted; `cut` when recovery already cut the log there.
+/// A replicated copy leaves the in-sync replicas and fetches the rest again from the leader;
+/// it must neither lead nor make others truncate meanwhile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Damage {
+    /// First untrusted offset.
+    pub at: u64,
+    /// The log was already cut back to `at` (at recovery).
+    pub cut: bool,
 }
 
 impl TopicState {
@@ -86,6 +104,47 @@ impl TopicLog {
     /// Start offsets of the segments, oldest first.
     pub fn segment_starts(&self) -> Result<Vec<u64>, StoreError> {
         Ok(self.lock()?.segments.iter().map(|s| s.start).collect())
+    }
+
+    /// Where this copy is damaged, if it is (issue #13).
+    pub fn damage(&self) -> Result<Option<Damage>, StoreError> {
+        Ok(self.lock()?.damage)
+    }
+
+    /// Checksum mismatches found since the log was opened (at recovery and on reads).
+    pub fn corruptions(&self) -> Result<u64, StoreError> {
+        Ok(self.lock()?.corruptions)
+    }
+
+    /// Repairs a damaged copy so it can fetch the rest again: cuts the log back to where the
+    /// damage starts (unless recovery already did) and clears the mark. Call it only once
+    /// this copy is out of the in-sync replicas (or is the only copy).
+    ///
+    /// Errors: the cut failed (I/O); the mark then stays.
+    pub fn repaired(&self) -> Result<(), StoreError> {
+        let damage = self.lock()?.damage;
+        let Some(d) = damage else {
+            return Ok(());
+        };
+        if !d.cut && d.at < self.written_end()? {
+            self.truncate_to(d.at)?;
+        }
+        let mut st = self.lock()?;
+        if st.damage == damage {
+            st.damage = None;
+        }
+        Ok(())
+    }
+
+    /// Marks this copy damaged from `at` (the lowest mark wins) and counts the mismatch.
+    pub(crate) fn note_corruption(&self, at: u64) {
+        if let Ok(mut st) = self.lock() {
+            st.corruptions += 1;
+            st.damage = Some(match st.damage {
+                Some(d) if d.at <= at => d,
+                _ => Damage { at, cut: false },
+            });
+        }
     }
 
     /// Messages appended since the last flush, and when the oldest of them was appended.

@@ -92,6 +92,8 @@ impl TopicLog {
             .lock()
             .map_err(|_| StoreError::Poisoned(self.name.clone()))?
             .note_records(at, chunk);
+        seg.sums()
+            .appended(at + chunk.len() as u64 - seg.start, chunk);
         st.written_end += chunk.len() as u64;
         if st.pending == 0 {
             st.first_unflushed = Some(Instant::now());
@@ -107,6 +109,13 @@ impl TopicLog {
         old.file()
             .and_then(|f| f.sync_data())
             .map_err(|e| StoreError::io("fdatasync", &old.path, e))?;
+        // Its checksums are complete and durable before it counts as closed.
+        {
+            let mut sums = old.sums();
+            let all = sums.entries.len();
+            crate::checksum::persist(&old.sums_path(), &mut sums, all, true)
+                .map_err(|e| StoreError::io("write checksums", old.sums_path(), e))?;
+        }
         let start = st.written_end;
         let path = self.dir.join(file_name(start));
         let file = Segment::open_for_append(&path)
@@ -118,6 +127,7 @@ impl TopicLog {
             &path,
             file,
             SparseIndex::live(start),
+            crate::checksum::Checksums::fresh(),
         )));
         st.flushed_end = start;
         st.pending = 0;
@@ -143,6 +153,15 @@ impl TopicLog {
         seg.file()
             .and_then(|f| f.sync_data())
             .map_err(|e| StoreError::io("fdatasync", &seg.path, e))?;
+        // The checksums of what is now durable go to the sidecar (never before their bytes).
+        {
+            let mut sums = seg.sums();
+            let upto = sums
+                .entries
+                .partition_point(|e| e.end <= target - seg.start);
+            crate::checksum::persist(&seg.sums_path(), &mut sums, upto, false)
+                .map_err(|e| StoreError::io("write checksums", seg.sums_path(), e))?;
+        }
         let mut st = self.lock()?;
         st.flushed_end = st.flushed_end.max(target);
         st.pending -= messages.min(st.pending);
@@ -156,6 +175,23 @@ impl TopicLog {
             flushed_end: st.flushed_end,
             messages,
         })
+    }
+
+    /// Makes the active segment's checksum sidecar durable up to the flushed offset (a clean
+    /// exit; rotation does it for closed segments).
+    ///
+    /// Errors: I/O writing the sidecar.
+    pub fn sync_checksums(&self) -> Result<(), StoreError> {
+        let (seg, flushed) = {
+            let st = self.lock()?;
+            (st.active().clone(), st.flushed_end)
+        };
+        let mut sums = seg.sums();
+        let upto = sums
+            .entries
+            .partition_point(|e| e.end <= flushed.saturating_sub(seg.start));
+        crate::checksum::persist(&seg.sums_path(), &mut sums, upto, true)
+            .map_err(|e| StoreError::io("write checksums", seg.sums_path(), e))
     }
 
     /// Deletes closed segments, oldest first, whose file was last modified more than `retain`
@@ -177,6 +213,7 @@ impl TopicLog {
                 break;
             }
             fs::remove_file(&seg.path).map_err(|e| StoreError::io("delete", &seg.path, e))?;
+            let _ = fs::remove_file(seg.sums_path());
             info!(topic = %self.name, start = seg.start, "retention deleted segment");
             deleted.push(seg.start);
             st.segments.remove(0);

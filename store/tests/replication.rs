@@ -22,10 +22,15 @@ fn message(frames: &[Vec<u8>]) -> Vec<u8> {
     m
 }
 
-/// Every file of a topic directory, by name.
+/// Every segment file of a topic directory, by name (checksum sidecars are per copy: they
+/// follow each copy's own appends).
 fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     fs::read_dir(dir)
         .expect("list")
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".dat"))
+        })
         .map(|e| {
             let e = e.expect("entry");
             (
@@ -156,6 +161,74 @@ fn readers_stop_at_the_high_water_mark() {
     assert_eq!(t.visible_end().expect("visible"), 3 * len);
 }
 
+/// Issue #13, defect 1: a restarted replicated log served its whole flushed tail (messages
+/// never acknowledged, that replication then cut) until replication set a mark again.
+#[test]
+fn a_replicated_log_reopens_at_its_recorded_high_water_mark_not_its_flushed_end() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let m = message(&[b"id".to_vec(), b"body".to_vec()]);
+    let len = m.len() as u64;
+    {
+        let store = Store::open(config(dir.path(), 1 << 20)).expect("open");
+        let t = store.topic_or_create("t").expect("t");
+        t.assign_epoch(1, 0).expect("epoch");
+        for _ in 0..3 {
+            t.append(&m).expect("append");
+        }
+        t.flush().expect("flush");
+        t.set_high_water(Some(len)).expect("hw");
+        // Two more, flushed here but never confirmed by the replicas (a crash follows).
+        t.append(&m).expect("append");
+        t.append(&m).expect("append");
+        t.flush().expect("flush");
+        assert_eq!(t.flushed_end().expect("flushed"), 5 * len);
+    }
+    let store = Store::open(config(dir.path(), 1 << 20)).expect("reopen");
+    let t = store.topic_or_create("t").expect("t");
+    assert_eq!(t.flushed_end().expect("flushed"), 5 * len);
+    assert_eq!(
+        t.visible_end().expect("visible"),
+        len,
+        "only what was confirmed"
+    );
+    assert_eq!(t.fetch(0, 1 << 20, 1 << 20).expect("fetch").bytes, m);
+    assert_eq!(
+        t.offsets(Timestamp::Latest, None).expect("latest"),
+        vec![0, len]
+    );
+
+    // A truncation below the record lowers it durably.
+    t.set_high_water(Some(4 * len)).expect("hw");
+    t.checkpoint_high_water().expect("checkpoint");
+    t.truncate_to(2 * len).expect("truncate");
+    t.append(&m).expect("append");
+    t.flush().expect("flush");
+    drop(t);
+    drop(store);
+    let store = Store::open(config(dir.path(), 1 << 20)).expect("reopen");
+    let t = store.topic_or_create("t").expect("t");
+    assert_eq!(t.visible_end().expect("visible"), 2 * len);
+
+    // A replicated log whose record is missing serves nothing until replication confirms.
+    fs::remove_file(dir.path().join("t").join(zper_store::HIGH_WATER_FILE)).expect("rm");
+    drop(t);
+    drop(store);
+    let store = Store::open(config(dir.path(), 1 << 20)).expect("reopen");
+    let t = store.topic_or_create("t").expect("t");
+    assert_eq!(t.visible_end().expect("visible"), 0);
+
+    // A log that was never replicated (ZPER's own data) still serves all it flushed.
+    let lone = store.topic_or_create("lone").expect("lone");
+    lone.append(&m).expect("append");
+    lone.flush().expect("flush");
+    drop(lone);
+    drop(t);
+    drop(store);
+    let store = Store::open(config(dir.path(), 1 << 20)).expect("reopen");
+    let lone = store.topic_or_create("lone").expect("lone");
+    assert_eq!(lone.visible_end().expect("visible"), len);
+}
+
 #[test]
 fn truncation_cuts_back_to_a_message_boundary_across_segments_and_survives_restart() {
     let dir = tempfile::tempdir().expect("tmp");
@@ -194,6 +267,11 @@ fn truncation_cuts_back_to_a_message_boundary_across_segments_and_survives_resta
     let t = store.topic_or_create("t").expect("t");
     let new = message(&[b"new".to_vec()]);
     assert_eq!(t.written_end().expect("end"), 4 * len + new.len() as u64);
+    // The mark recorded at the cut comes back with the log (issue #13): what was appended
+    // after it is not visible until replication confirms it.
+    assert_eq!(t.visible_end().expect("visible"), 4 * len);
+    t.set_high_water(Some(4 * len + new.len() as u64))
+        .expect("hw");
     let mut all = Vec::new();
     let mut off = 0i64;
     loop {
@@ -257,6 +335,8 @@ fn the_epoch_history_answers_end_offsets_and_survives_truncation_and_restart() {
     let store = Store::open(config(dir.path(), 1 << 20)).expect("reopen");
     let t = store.topic_or_create("t").expect("t");
     assert_eq!(t.epochs().expect("epochs"), vec![(0, 0)]);
+    drop(t);
+    drop(store);
     // A damaged history file is ignored, not fatal.
     fs::write(
         dir.path().join("t").join(zper_store::EPOCHS_FILE),

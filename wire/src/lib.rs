@@ -30,6 +30,12 @@ pub const WRITER_NOT_LEADER: u8 = 104;
 /// Status frame of a writer reply when a new topic could not be created through the cluster
 /// metadata (no quorum, no live node; issue #4): the message was not stored, retry later.
 pub const WRITER_UNAVAILABLE: u8 = 105;
+
+/// Status frame of a writer reply when this node could not store the message (issue #13: the
+/// disk is full or failing): nothing was stored or acknowledged; retry later or on another
+/// node. Same frame layout as [`WRITER_NOT_ENOUGH_REPLICAS`]; the byte is the reader's
+/// `INTERNAL_ERROR` (0xFF, "the store failed").
+pub const WRITER_STORE_FAILED: u8 = 0xFF;
 pub use identity::{topic_of, validate_topic};
 pub use reader::{ReaderReply, ReaderRequest, RequestError, Status, Timestamp};
 pub use record::{

@@ -382,8 +382,8 @@ struct TopicWork {
     truncations: u64,
     /// This topic's metrics.
     stats: Arc<crate::metrics::TopicCounters>,
-    /// First frame of the last message appended.
-    last_id: Vec<u8>,
+    /// The newest message of each append, for the ack endpoint's notices (issue #13).
+    notice_ids: super::ack::NoticeIds,
     /// Flushed offset last published on the ack endpoint.
     published_end: u64,
     /// Mode 1: newest waiting message per connection.
@@ -479,7 +479,7 @@ impl Worker {
                             truncations: log.truncations().unwrap_or(0),
                             log,
                             stats: self.counters.topic(name),
-                            last_id: Vec::new(),
+                            notice_ids: Default::default(),
                             published_end,
                             per_flush: HashMap::new(),
                             per_message: Vec::new(),
@@ -613,8 +613,27 @@ impl Worker {
                 return;
             }
         }
+        if let Role::Leader { in_sync, .. } = role {
+            // A damaged copy hands the lead over before anything more is appended to it
+            // (issue #13, replication/repair.rs).
+            let damaged = in_sync > 1
+                && self
+                    .store
+                    .topic(topic)
+                    .is_some_and(|l| l.damage().ok().flatten().is_some());
+            if damaged {
+                Counters::add(&counters.not_leader, messages);
+                for a in run {
+                    self.refuse(a, zper_wire::WRITER_NOT_LEADER);
+                }
+                return;
+            }
+        }
         let Some(work) = self.topic(topic) else {
             Counters::add(&counters.append_errors, messages);
+            for a in run {
+                self.refuse(a, zper_wire::WRITER_STORE_FAILED);
+            }
             return;
         };
         if let Role::Leader { epoch, .. } = role {
@@ -626,14 +645,24 @@ impl Worker {
             if let Err(e) = crate::replication::claim_epoch(&work.log, epoch) {
                 error!(topic = %topic, error = %e, "cannot record leader epoch");
                 Counters::add(&counters.append_errors, messages);
+                Counters::add(&counters.integrity.disk_refused, messages);
+                for a in run {
+                    self.refuse(a, zper_wire::WRITER_STORE_FAILED);
+                }
                 return;
             }
         }
         let end = match work.log.append(bytes) {
             Ok(end) => end,
             Err(e) => {
+                // Issue #13: a full or failing disk. Nothing was stored (the store rolls a
+                // failed write back); producers that wait are told so at once.
                 error!(topic = %topic, error = %e, "append failed");
                 Counters::add(&counters.append_errors, messages);
+                Counters::add(&counters.integrity.disk_refused, messages);
+                for a in run {
+                    self.refuse(a, zper_wire::WRITER_STORE_FAILED);
+                }
                 return;
             }
         };
@@ -665,7 +694,7 @@ impl Worker {
             }
         }
         if let Some(last) = run.last() {
-            work.last_id.clone_from(&last.last_id);
+            work.notice_ids.appended(end, &last.last_id);
         }
     }
 
@@ -761,7 +790,10 @@ impl Worker {
             let appended = crate::replication::claim_epoch(&work.log, epoch)
                 .and_then(|()| work.log.append(&kept));
             match appended {
-                Ok(_) => {
+                Ok(end) => {
+                    if let Some(last) = kept_appends.last() {
+                        work.notice_ids.appended(end, &last.last_id);
+                    }
                     Counters::add(&self.counters.messages_stored, messages);
                     Counters::add(&self.counters.bytes_stored, kept.len() as u64);
                 }
@@ -789,6 +821,15 @@ impl Worker {
             {
                 refuse_waiters(&self.acks, work, zper_wire::WRITER_NOT_LEADER);
             }
+            if truncations != work.truncations {
+                work.notice_ids
+                    .truncated(work.log.written_end().unwrap_or(0));
+                work.published_end = work.published_end.min(work.log.visible_end().unwrap_or(0));
+            }
+            if matches!(role, Role::Follower { .. }) {
+                // Another node leads: only it may publish notices for this fragment.
+                work.notice_ids.clear();
+            }
             work.truncations = truncations;
             let (pending, first) = work.log.pending().unwrap_or((0, None));
             if force || self.policy.due(pending, first, work.has_waiters(), now) {
@@ -802,8 +843,12 @@ impl Worker {
                     }
                     Ok(_) => {}
                     Err(e) => {
-                        error!(topic = %name, error = %e, "flush failed");
-                        continue;
+                        // A failed fdatasync leaves the page cache in an unknown state (what
+                        // PostgreSQL calls fsyncgate): nothing written since the last good
+                        // flush can be trusted or acknowledged. Exit non-zero so the
+                        // supervisor restarts the node and recovery decides (issue #13).
+                        error!(topic = %name, error = %e, "flush failed: exiting so recovery can decide what is durable");
+                        std::process::exit(74);
                     }
                 }
             }
@@ -819,12 +864,35 @@ impl Worker {
             };
             if flushed > work.published_end {
                 work.published_end = flushed;
-                let _ = self.notices.send(FlushNotice {
-                    topic: name.clone(),
-                    message_id: work.last_id.clone(),
-                    end_offset: flushed,
-                });
+                // A notice names the newest message ending at or before the offset it
+                // announces, and only the fragment's leader (or a lone node) sends it.
+                let leads = matches!(role, Role::Local | Role::Leader { .. });
+                if let Some((end, message_id)) = work.notice_ids.covered(flushed) {
+                    if leads {
+                        let _ = self.notices.try_send(FlushNotice {
+                            topic: name.clone(),
+                            message_id,
+                            end_offset: end,
+                        });
+                    }
+                }
                 send_acks(&self.acks, work, flushed);
+            }
+            // Issue #13: an ack promises the message is durable on at least `min_insync`
+            // in-sync replicas. Below that the high-water mark stands still, so what is still
+            // waiting cannot be promised now: those producers get status 103 instead.
+            if let Role::Leader {
+                in_sync, replicas, ..
+            } = role
+            {
+                if !self.acks_leader
+                    && work.has_waiters()
+                    && in_sync < crate::replication::min_insync(self.min_insync, replicas)
+                {
+                    let waiting = (work.per_flush.len() + work.per_message.len()) as u64;
+                    Counters::add(&self.counters.not_enough_replicas, waiting);
+                    refuse_waiters(&self.acks, work, zper_wire::WRITER_NOT_ENOUGH_REPLICAS);
+                }
             }
         }
     }

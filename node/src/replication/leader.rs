@@ -50,6 +50,11 @@ pub(crate) struct Leader {
     pub(crate) runtime: tokio::runtime::Handle,
     /// `replica.lag_ms`: a replica not caught up for this long leaves the ISR.
     pub(crate) lag: Duration,
+    /// `min_insync`: the mark moves only while at least this many replicas are in sync.
+    pub(crate) min_insync: Option<u64>,
+    /// `acks = leader`: the operator chose durability on the leader alone, so the mark
+    /// follows the in-sync replicas whatever their number.
+    pub(crate) acks_leader: bool,
 }
 
 /// How often the ISR of each led fragment is reviewed.
@@ -77,7 +82,15 @@ impl Leader {
         let mut parked: Vec<Parked> = Vec::new();
         let mut progress: HashMap<String, Progress> = HashMap::new();
         let mut isr = IsrState::default();
+        let mut repairs = super::repair::Repairs::default();
         while !self.stop.load(Ordering::Relaxed) {
+            repairs.review(
+                &self.store,
+                &self.view,
+                &self.cluster,
+                &self.runtime,
+                &self.counters,
+            );
             let timeout = if parked.is_empty() { 20 } else { TICK_MS };
             match self.router.poll(zmq::POLLIN, timeout) {
                 Ok(_) => {}
@@ -173,6 +186,13 @@ impl Leader {
                 return Some(FetchReply::BadRequest);
             }
         };
+        if log.damage().ok().flatten().is_some() && frag.isr.iter().any(|n| *n != frag.leader) {
+            // A damaged copy must not make anyone truncate to it (issue #13): it hands the
+            // lead over (repair.rs) and answers as a node that does not lead meanwhile.
+            return Some(FetchReply::NotLeader {
+                leader_epoch: frag.epoch,
+            });
+        }
         // KIP-101: a replica whose log runs past the end of its newest epoch here must cut back.
         let end_of_epoch = log.end_offset_for(req.last_epoch).unwrap_or(0);
         let written = log.written_end().unwrap_or(0);
@@ -327,6 +347,12 @@ impl Leader {
                     bytes: chunk.bytes,
                 }
             }
+            Err(StoreError::Corrupt { .. }) => {
+                // Never ship damaged bytes, nor a truncation point derived from them.
+                FetchReply::NotLeader {
+                    leader_epoch: frag.epoch,
+                }
+            }
             Err(e) => {
                 if !parked {
                     debug!(topic = %req.topic, error = %e, "replica fetch refused");
@@ -340,31 +366,97 @@ impl Leader {
 
     /// Moves each led topic's high-water mark to the lowest durable offset over its in-sync
     /// replicas (this node's flushed offset for itself); never backwards within an epoch.
+    ///
+    /// The mark stands still while fewer than `min_insync` replicas are in sync (issue #13):
+    /// what only the leader holds could vanish with it, so readers must not see it and no
+    /// producer may be told it is safe. The writer answers such producers with status 103.
     fn advance_high_water(&self, progress: &HashMap<String, Progress>) {
         for (topic, frag) in self.view.led() {
             let Ok(log) = self.led_log(&topic, &frag) else {
                 continue;
             };
+            let needed = if self.acks_leader {
+                1
+            } else {
+                super::min_insync(self.min_insync, frag.replicas.len())
+            };
             let own = log.flushed_end().unwrap_or(0);
             let p = progress.get(&topic);
-            let lowest = frag
-                .isr
-                .iter()
-                .map(|r| {
-                    if *r == self.view.me() {
-                        Some(own)
-                    } else {
-                        p.and_then(|p| p.durable.get(r).copied())
-                    }
-                })
-                .try_fold(u64::MAX, |acc, d| d.map(|d| acc.min(d)));
-            let Some(lowest) = lowest else {
-                continue; // an in-sync replica has not reported yet
+            let durable = |r: NodeId| {
+                if r == self.view.me() {
+                    Some(own)
+                } else {
+                    p.and_then(|p| p.durable.get(&r).copied())
+                }
             };
             let current = log.high_water().ok().flatten();
-            if current.is_none_or(|c| lowest > c) && log.set_high_water(Some(lowest)).is_ok() {
-                self.waker.wake(&topic);
+            if let Some(next) = next_high_water(&frag.isr, durable, needed, current) {
+                if log.set_high_water(Some(next)).is_ok() {
+                    self.waker.wake(&topic);
+                }
             }
         }
+    }
+}
+
+/// Where a leader's high-water mark moves next (pure; issue #13): the lowest durable offset
+/// over the in-sync replicas `isr` (`durable` gives each one's, `None` for a replica that has
+/// not reported), when that is past `current`. `None` (the mark stands still) while fewer
+/// than `needed` replicas are in sync (`min_insync`), while an in-sync replica has not
+/// reported, or when the lowest is not past `current` (the mark never moves backwards).
+pub(crate) fn next_high_water(
+    isr: &[NodeId],
+    durable: impl Fn(NodeId) -> Option<u64>,
+    needed: usize,
+    current: Option<u64>,
+) -> Option<u64> {
+    if isr.len() < needed.max(1) {
+        return None;
+    }
+    let lowest = isr
+        .iter()
+        .try_fold(u64::MAX, |acc, r| durable(*r).map(|d| acc.min(d)))?;
+    current.is_none_or(|c| lowest > c).then_some(lowest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::next_high_water;
+
+    #[test]
+    fn the_mark_is_the_lowest_durable_offset_over_the_isr_and_never_goes_back() {
+        let durable = |r: u64| Some([0, 500, 300, 900][r as usize]);
+        assert_eq!(
+            next_high_water(&[1, 2, 3], durable, 2, Some(100)),
+            Some(300)
+        );
+        assert_eq!(next_high_water(&[1, 3], durable, 2, Some(100)), Some(500));
+        assert_eq!(
+            next_high_water(&[1, 2], durable, 2, Some(300)),
+            None,
+            "not past"
+        );
+        assert_eq!(
+            next_high_water(&[1, 2], durable, 2, Some(400)),
+            None,
+            "never back"
+        );
+        assert_eq!(next_high_water(&[1, 2], durable, 2, None), Some(300));
+    }
+
+    #[test]
+    fn the_mark_stands_still_below_min_insync() {
+        // Issue #13: the ISR shrank to the leader; what only it holds is not safe.
+        let durable = |_| Some(1_000);
+        assert_eq!(next_high_water(&[1], durable, 2, Some(10)), None);
+        assert_eq!(next_high_water(&[], durable, 1, Some(10)), None);
+        assert_eq!(next_high_water(&[1], durable, 1, Some(10)), Some(1_000));
+        assert_eq!(next_high_water(&[1, 2], durable, 3, Some(10)), None);
+    }
+
+    #[test]
+    fn an_in_sync_replica_that_has_not_reported_holds_the_mark() {
+        let durable = |r: u64| (r != 2).then_some(1_000);
+        assert_eq!(next_high_water(&[1, 2, 3], durable, 2, Some(10)), None);
     }
 }

@@ -6,6 +6,7 @@
 pub mod follower;
 pub mod forward;
 pub mod leader;
+pub(crate) mod repair;
 pub mod view;
 
 use std::sync::atomic::AtomicBool;
@@ -97,6 +98,10 @@ pub(crate) struct Context {
     pub(crate) runtime: tokio::runtime::Handle,
     /// `replica.lag_ms`.
     pub(crate) lag: std::time::Duration,
+    /// `min_insync`.
+    pub(crate) min_insync: Option<u64>,
+    /// `acks = leader`.
+    pub(crate) acks_leader: bool,
 }
 
 /// Starts the replication endpoint and the fetcher threads.
@@ -116,6 +121,8 @@ pub(crate) fn start(
         cluster,
         runtime,
         lag,
+        min_insync,
+        acks_leader,
     } = shared;
     let leader = leader::Leader {
         router,
@@ -128,6 +135,8 @@ pub(crate) fn start(
         cluster,
         runtime,
         lag,
+        min_insync,
+        acks_leader,
     };
     let follower = follower::Follower {
         ctx: ctx.clone(),
@@ -159,6 +168,8 @@ pub struct TopicCreator {
     pub runtime: tokio::runtime::Handle,
     /// The placement view to refresh.
     pub view: PlacementView,
+    /// `retain_hours` of the topics it creates: this node's (`None`: the metadata default).
+    pub retain_hours: Option<u32>,
 }
 
 /// Longest a writer waits for a new topic to be created and applied here.
@@ -183,7 +194,7 @@ impl TopicCreator {
                 name: topic.to_owned(),
                 fragments: None,
                 replication_factor: None,
-                retain_hours: None,
+                retain_hours: self.retain_hours,
                 policy: Default::default(),
                 now_ms: std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)

@@ -71,6 +71,8 @@ struct Snapshot {
     nodes: HashMap<NodeId, NodeEndpoints>,
     /// Each node's lease end as applied here, ms since the epoch.
     leases: HashMap<NodeId, u64>,
+    /// Each topic's `retain_hours`.
+    retain_hours: HashMap<String, u32>,
 }
 
 /// Shared, cheaply readable placement of every fragment, by store key.
@@ -136,6 +138,11 @@ impl PlacementView {
                 .iter()
                 .map(|(id, n)| (*id, n.lease_until_ms))
                 .collect(),
+            retain_hours: m
+                .topics
+                .iter()
+                .map(|(name, t)| (name.clone(), t.retain_hours))
+                .collect(),
         });
         match (built, self.inner.write()) {
             (Some(s), Ok(mut inner)) => {
@@ -144,6 +151,18 @@ impl PlacementView {
             }
             _ => false,
         }
+    }
+
+    /// How long the fragment stored under `key` keeps closed segments: its topic's
+    /// `retain_hours` from the metadata; `None` for a topic the metadata does not have.
+    pub fn retention(&self, key: &str) -> Option<Duration> {
+        let hours = *self
+            .inner
+            .read()
+            .ok()?
+            .retain_hours
+            .get(super::topic_of_key(key))?;
+        Some(Duration::from_secs(u64::from(hours) * 3600))
     }
 
     /// How many fragments `topic` has (1 when unknown).

@@ -245,17 +245,22 @@ impl ChildNode {
                 free_port()
             )
         };
+        // A test that proxies replication sets replica.bind itself.
+        let replica = if extra.contains("replica.bind") {
+            String::new()
+        } else {
+            format!("replica.bind = tcp://127.0.0.1:{}\n", free_port())
+        };
         std::fs::write(
             &config,
             format!(
                 "base_dir = {}\nwriter.bind = tcp://127.0.0.1:{w}\nreader.bind = tcp://127.0.0.1:{r}\n\
                  ack.bind = tcp://127.0.0.1:{a}\nhttp.bind = 127.0.0.1:{h}\n\
-                 controller.bind = tcp://127.0.0.1:{c}\nreplica.bind = tcp://127.0.0.1:{rp}\n\
+                 controller.bind = tcp://127.0.0.1:{c}\n{replica}\
                  relay.bind = tcp://127.0.0.1:{rl}\n\
                  {dolly}{extra}\n",
                 data_dir.display(),
                 c = free_port(),
-                rp = free_port(),
                 rl = free_port(),
             ),
         )
@@ -457,4 +462,92 @@ pub fn get_json(addr: &str, path: &str) -> serde_json::Value {
     http("GET", addr, path, None)
         .and_then(|(_, b)| serde_json::from_str(&b).ok())
         .unwrap_or(serde_json::Value::Null)
+}
+
+/// A loopback TCP proxy a test can cut: connections to `listen` are forwarded to `target`
+/// until [`CutProxy::cut`], which closes every connection and refuses new ones until
+/// [`CutProxy::heal`]. It stands for a blocked port (a firewall rule) without root.
+pub struct CutProxy {
+    pub port: u16,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl CutProxy {
+    /// Listens on 127.0.0.1:`port` and forwards to 127.0.0.1:`target`.
+    pub fn start(port: u16, target: u16) -> CutProxy {
+        use std::io::{Read, Write};
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let listener = std::net::TcpListener::bind(("127.0.0.1", port)).expect("proxy bind");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let cut = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (c, s) = (cut.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                let Ok((client, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                };
+                if c.load(Ordering::Relaxed) {
+                    drop(client);
+                    continue;
+                }
+                let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", target)) else {
+                    continue;
+                };
+                for (mut from, mut to) in [
+                    (
+                        client.try_clone().expect("clone"),
+                        server.try_clone().expect("clone"),
+                    ),
+                    (server, client),
+                ] {
+                    let (c, s) = (c.clone(), s.clone());
+                    let _ = from.set_nonblocking(false);
+                    let _ = from.set_read_timeout(Some(Duration::from_millis(20)));
+                    std::thread::spawn(move || {
+                        let mut buf = vec![0u8; 64 * 1024];
+                        while !c.load(Ordering::Relaxed) && !s.load(Ordering::Relaxed) {
+                            match from.read(&mut buf) {
+                                Ok(0) => break,
+                                Ok(n) => {
+                                    if to.write_all(&buf[..n]).is_err() {
+                                        break;
+                                    }
+                                }
+                                Err(e)
+                                    if matches!(
+                                        e.kind(),
+                                        std::io::ErrorKind::WouldBlock
+                                            | std::io::ErrorKind::TimedOut
+                                    ) => {}
+                                Err(_) => break,
+                            }
+                        }
+                        let _ = from.shutdown(std::net::Shutdown::Both);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        CutProxy { port, cut, stop }
+    }
+
+    /// Closes every forwarded connection and refuses new ones.
+    pub fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Forwards again.
+    pub fn heal(&self) {
+        self.cut.store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Drop for CutProxy {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
 }

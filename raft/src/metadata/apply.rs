@@ -375,6 +375,34 @@ impl Metadata {
                 }
                 Ok(Applied::Done)
             }
+            Command::LeaveIsr {
+                topic,
+                fragment,
+                node,
+            } => {
+                let t = self
+                    .topics
+                    .get_mut(topic)
+                    .ok_or_else(|| MetadataError::UnknownTopic(topic.clone()))?;
+                let f = t.fragments.get_mut(*fragment as usize).ok_or_else(|| {
+                    MetadataError::InvalidArgument(format!("no fragment {fragment} in {topic}"))
+                })?;
+                if !f.isr.contains(node) {
+                    return Ok(Applied::Done);
+                }
+                let Some(&next) = f.isr.iter().find(|n| *n != node) else {
+                    return Err(MetadataError::InvalidArgument(format!(
+                        "node {node} is the only in-sync replica of {topic} fragment {fragment}: \
+                         there is no copy to repair from"
+                    )));
+                };
+                if f.leader == *node {
+                    super::placement::set_leader(f, next);
+                }
+                f.isr.retain(|n| n != node);
+                f.last_change = Some(PlacementReason::DamagedCopy(*node));
+                Ok(Applied::Done)
+            }
         }
     }
 
@@ -647,6 +675,45 @@ mod tests {
         // Rejoining: given in any order, stored in replica order, leader first.
         m.apply(&set(vec![other, leader], epoch)).expect("expand");
         assert_eq!(m.topics["t"].fragments[0].isr, vec![leader, other]);
+    }
+
+    #[test]
+    fn a_damaged_replica_leaves_the_isr_and_a_damaged_leader_hands_over_first() {
+        let mut m = Metadata::default();
+        for id in 1..=3 {
+            m.apply(&register(id, 0)).expect("register");
+        }
+        m.apply(&create("t", 1, 1)).expect("create");
+        let f = m.topics["t"].fragments[0].clone();
+        let leave = |node: NodeId| Command::LeaveIsr {
+            topic: "t".into(),
+            fragment: 0,
+            node,
+        };
+        // A follower leaves; the leader and epoch stay.
+        let follower = f.replicas[2];
+        m.apply(&leave(follower)).expect("leave");
+        let g = &m.topics["t"].fragments[0];
+        assert_eq!((g.leader, g.leader_epoch), (f.leader, f.leader_epoch));
+        assert!(!g.isr.contains(&follower));
+        assert_eq!(g.last_change, Some(PlacementReason::DamagedCopy(follower)));
+        let before = m.clone();
+        m.apply(&leave(follower))
+            .expect("already out: nothing changes");
+        assert_eq!(m, before);
+        // The leader leaves: the next in-sync replica leads in a new epoch.
+        m.apply(&leave(f.leader)).expect("leader leaves");
+        let g = &m.topics["t"].fragments[0];
+        assert_eq!(g.leader, f.replicas[1]);
+        assert_eq!(g.leader_epoch, f.leader_epoch + 1);
+        assert_eq!(g.isr, vec![f.replicas[1]]);
+        // The last in-sync replica cannot leave.
+        let before = m.clone();
+        assert!(matches!(
+            m.apply(&leave(f.replicas[1])),
+            Err(MetadataError::InvalidArgument(_))
+        ));
+        assert_eq!(m, before);
     }
 
     #[test]

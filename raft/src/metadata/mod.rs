@@ -326,6 +326,20 @@ pub enum Command {
         /// The new in-sync replicas (a subset of the replicas, with the leader).
         isr: Vec<NodeId>,
     },
+    /// A replica found its copy of the fragment damaged (issue #13: a checksum mismatch, or
+    /// recovery cut below what it had acknowledged) and leaves the in-sync replicas, so it
+    /// is never elected with missing data and never makes others truncate; it repairs by
+    /// fetching from the leader and rejoins once caught up. When it leads, leadership moves
+    /// first to the next in-sync replica (leader epoch + 1). Refused for the only in-sync
+    /// replica (there is nothing to repair from); a replica already out changes nothing.
+    LeaveIsr {
+        /// Topic name.
+        topic: String,
+        /// Fragment id.
+        fragment: u32,
+        /// The replica whose copy is damaged.
+        node: NodeId,
+    },
 }
 
 /// What applying a command did.

@@ -29,6 +29,8 @@ pub enum PlacementReason {
     LeasesExpired,
     /// The leader changed the in-sync replica set (a replica fell behind or caught up).
     IsrChanged,
+    /// A replica found its copy damaged and left the in-sync replicas (issue #13).
+    DamagedCopy(NodeId),
 }
 
 impl std::fmt::Display for PlacementReason {
@@ -39,6 +41,7 @@ impl std::fmt::Display for PlacementReason {
             PlacementReason::NodeRemoved(n) => write!(f, "node {n} removed"),
             PlacementReason::LeasesExpired => write!(f, "leases expired"),
             PlacementReason::IsrChanged => write!(f, "in-sync replicas changed"),
+            PlacementReason::DamagedCopy(n) => write!(f, "node {n} found its copy damaged"),
         }
     }
 }
@@ -117,7 +120,7 @@ pub fn place(
 }
 
 /// Makes `to` the leader of `f`: first in `replicas` and `isr`, leader epoch bumped.
-fn set_leader(f: &mut Fragment, to: NodeId) {
+pub(crate) fn set_leader(f: &mut Fragment, to: NodeId) {
     f.leader = to;
     f.leader_epoch += 1;
     for list in [&mut f.replicas, &mut f.isr] {
