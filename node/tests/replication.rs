@@ -752,15 +752,12 @@ fn ack_notices_name_a_message_ending_at_or_before_their_offset_and_come_from_the
 /// final log.
 #[test]
 fn a_restarted_former_leader_serves_nothing_that_is_then_cut() {
-    let mut c = Cluster::start();
+    let (mut c, proxies) = Cluster::start_proxied("");
     let leader = c.create("dirty", 3);
     assert_eq!(c.produce_acked(leader, "dirty", 0..10).len(), 10);
     let others: Vec<u64> = (1..=3).filter(|n| *n != leader).collect();
-    for n in &others {
-        c.nodes[*n as usize - 1].pause();
-    }
-    // The leader's lease is still current: it appends and flushes these, but no replica
-    // confirms them, so nobody is told they are safe.
+    // Its replicas can no longer fetch: what it appends now, nobody confirms.
+    proxies[leader as usize - 1].cut();
     let dealer = client(
         &c.ctx,
         zmq::DEALER,
@@ -778,11 +775,14 @@ fn a_restarted_former_leader_serves_nothing_that_is_then_cut() {
     );
     std::thread::sleep(std::time::Duration::from_millis(200)); // flushed (flush_interval 50)
     c.node(leader).kill9();
-    for n in &others {
-        c.nodes[*n as usize - 1].resume();
-    }
+    proxies[leader as usize - 1].heal();
     let survivor = others[0];
     c.new_leader(survivor, "dirty", leader);
+    // The old leader comes back while the others are frozen: it cannot learn that its tail
+    // was never confirmed, so all it may serve is what it had seen confirmed.
+    for n in &others {
+        c.nodes[*n as usize - 1].pause();
+    }
     c.node(leader).restart();
     let r = client(
         &c.ctx,
@@ -792,8 +792,11 @@ fn a_restarted_former_leader_serves_nothing_that_is_then_cut() {
     );
     let mut seen = std::collections::BTreeSet::new();
     let started = std::time::Instant::now();
-    while started.elapsed() < std::time::Duration::from_secs(3) {
+    while started.elapsed() < std::time::Duration::from_millis(1500) {
         seen.extend(ids_in(&read_all(&r)));
+    }
+    for n in &others {
+        c.nodes[*n as usize - 1].resume();
     }
     assert!(
         eventually(|| {
@@ -814,6 +817,86 @@ fn a_restarted_former_leader_serves_nothing_that_is_then_cut() {
         (0..10).all(|id| fin.contains(&id)),
         "acknowledged ones kept"
     );
+}
+
+/// Issue #13, defect 3: one flipped flags byte in the middle of the leader's active segment,
+/// with all three nodes stopped, erased every acknowledged message after it on every node:
+/// the leader's recovery took it for a torn tail, it stayed leader in the same epoch and told
+/// the healthy followers to truncate. Now the damaged copy leaves the ISR, the lead moves,
+/// and the copy repairs itself from the others; nothing acknowledged is lost.
+#[test]
+fn a_flipped_byte_on_the_leader_loses_nothing_and_its_copy_repairs_from_the_others() {
+    let mut c = Cluster::start();
+    let leader = c.create("flip", 3);
+    let acked = c.produce_acked(leader, "flip", 0..1000);
+    assert_eq!(acked.len(), 1000);
+    assert!(eventually(|| {
+        let a = c.segments(leader, "flip");
+        (1..=3).all(|n| c.segments(n, "flip") == a)
+    }));
+    for n in 1..=3 {
+        assert!(c.node(n).terminate().success());
+    }
+    // The flags byte of the first record of message 500 in the leader's active segment.
+    let files = c.segments(leader, "flip");
+    let (name, bytes) = files.iter().next_back().expect("a segment");
+    let mut at = 0usize;
+    let mut messages = 0;
+    for rec in zper_wire::Records::new(bytes) {
+        if messages == ids_in(bytes).len() / 2 {
+            break;
+        }
+        at += rec.stored_len();
+        if !rec.more {
+            messages += 1;
+        }
+    }
+    let path = c.data[leader as usize - 1].join("flip").join(name);
+    let mut damaged = bytes.clone();
+    damaged[at] ^= 0x04;
+    std::fs::write(&path, &damaged).expect("flip a byte");
+    for n in 1..=3 {
+        c.node(n).restart();
+    }
+    assert!(
+        eventually(|| (1..=3).all(|n| live_brokers(&c.http(n)) == 3)),
+        "all three back"
+    );
+    let healthy = (1..=3).find(|n| *n != leader).expect("a healthy node");
+    assert!(
+        eventually(|| {
+            let a = c.segments(healthy, "flip");
+            ids_in(&concat(&a)).len() >= 1000 && (1..=3).all(|n| c.segments(n, "flip") == a)
+        }),
+        "copies converge, the damaged one repaired: {:?}",
+        (1..=3)
+            .map(|n| ids_in(&concat(&c.segments(n, "flip"))).len())
+            .collect::<Vec<_>>()
+    );
+    for n in 1..=3 {
+        let stored = ids_in(&concat(&c.segments(n, "flip")));
+        for id in &acked {
+            assert!(stored.contains(id), "node {n} lost acknowledged {id}");
+        }
+    }
+    let metrics = http("GET", &c.http(leader), "/metrics", None)
+        .expect("metrics")
+        .1;
+    assert!(
+        metrics.lines().any(|l| l
+            .starts_with(r#"zper_integrity_events_total{event="corruption_detected"}"#)
+            && !l.ends_with(" 0")),
+        "the damage is counted"
+    );
+    // The producer keeps working.
+    let now_leader = c.fragment(healthy, "flip")["leader"]
+        .as_u64()
+        .expect("leader");
+    assert!(eventually(|| c.produce_acked(
+        now_leader,
+        "flip",
+        5000..5001
+    ) == [5000]));
 }
 
 #[test]

@@ -513,7 +513,10 @@ impl CutProxy {
                             match from.read(&mut buf) {
                                 Ok(0) => break,
                                 Ok(n) => {
-                                    if to.write_all(&buf[..n]).is_err() {
+                                    // Cut: what was read after the cut is lost, as behind
+                                    // a firewall rule.
+                                    if c.load(Ordering::Relaxed) || to.write_all(&buf[..n]).is_err()
+                                    {
                                         break;
                                     }
                                 }
