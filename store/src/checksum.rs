@@ -99,6 +99,8 @@ pub(crate) struct Checksums {
     pub(crate) stored: usize,
     /// False for a closed segment whose sidecar has not been read yet.
     pub(crate) loaded: bool,
+    /// The sidecar, kept open for appending while the segment is active.
+    pub(crate) file: Option<File>,
 }
 
 impl Checksums {
@@ -190,17 +192,22 @@ pub(crate) fn persist(
     if upto <= sums.stored && !durable {
         return Ok(());
     }
-    let mut file = OpenOptions::new().create(true).append(true).open(path)?;
     let mut out = Vec::with_capacity((upto - sums.stored.min(upto)) * ENTRY + MAGIC.len());
-    if file.metadata()?.len() == 0 {
-        out.extend_from_slice(MAGIC);
+    if sums.file.is_none() {
+        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        if file.metadata()?.len() == 0 {
+            out.extend_from_slice(MAGIC);
+        }
+        sums.file = Some(file);
     }
     for e in &sums.entries[sums.stored.min(upto)..upto] {
         out.extend_from_slice(&e.encode());
     }
-    file.write_all(&out)?;
-    if durable {
-        file.sync_data()?;
+    if let Some(file) = sums.file.as_mut() {
+        file.write_all(&out)?;
+        if durable {
+            file.sync_data()?;
+        }
     }
     sums.stored = sums.stored.max(upto);
     Ok(())
@@ -211,6 +218,7 @@ pub(crate) fn persist(
 ///
 /// Errors: I/O.
 pub(crate) fn rewrite(path: &Path, sums: &mut Checksums) -> std::io::Result<()> {
+    sums.file = None; // the rename replaces the file: reopen it on the next append
     let tmp = path.with_extension("crc.tmp");
     let mut out = Vec::with_capacity(MAGIC.len() + sums.entries.len() * ENTRY);
     out.extend_from_slice(MAGIC);

@@ -26,5 +26,5 @@ pub use error::StoreError;
 pub use flush::FlushPolicy;
 pub use reading::{Fetched, RawMessages};
 pub use replica::ReplicaChunk;
-pub use store::{log_key, Store, StoreConfig};
+pub use store::{log_key, Store, StoreConfig, LOCK_FILE};
 pub use topic::{Damage, FlushOutcome, TopicLog};

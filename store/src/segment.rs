@@ -133,6 +133,7 @@ impl Segment {
             entries,
             stored: 0,
             loaded: true,
+            file: None,
         };
         if let Some(m) = check.verify(from_cov, &whole) {
             return Err(ReadFailure::Corrupt(m));

@@ -115,6 +115,7 @@ impl TopicLog {
             let all = sums.entries.len();
             crate::checksum::persist(&old.sums_path(), &mut sums, all, true)
                 .map_err(|e| StoreError::io("write checksums", old.sums_path(), e))?;
+            sums.file = None; // closed segments keep no file open
         }
         let start = st.written_end;
         let path = self.dir.join(file_name(start));

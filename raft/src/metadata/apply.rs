@@ -341,13 +341,7 @@ impl Metadata {
                 leader_epoch,
                 isr,
             } => {
-                let t = self
-                    .topics
-                    .get_mut(topic)
-                    .ok_or_else(|| MetadataError::UnknownTopic(topic.clone()))?;
-                let f = t.fragments.get_mut(*fragment as usize).ok_or_else(|| {
-                    MetadataError::InvalidArgument(format!("no fragment {fragment} in {topic}"))
-                })?;
+                let f = fragment_mut(&mut self.topics, topic, *fragment)?;
                 if f.leader_epoch != *leader_epoch {
                     return Err(MetadataError::StaleEpoch {
                         topic: topic.clone(),
@@ -380,13 +374,7 @@ impl Metadata {
                 fragment,
                 node,
             } => {
-                let t = self
-                    .topics
-                    .get_mut(topic)
-                    .ok_or_else(|| MetadataError::UnknownTopic(topic.clone()))?;
-                let f = t.fragments.get_mut(*fragment as usize).ok_or_else(|| {
-                    MetadataError::InvalidArgument(format!("no fragment {fragment} in {topic}"))
-                })?;
+                let f = fragment_mut(&mut self.topics, topic, *fragment)?;
                 if !f.isr.contains(node) {
                     return Ok(Applied::Done);
                 }
@@ -412,6 +400,22 @@ impl Metadata {
         let registered = self.nodes.keys().copied().collect();
         rebalance(&mut self.topics, &registered, &live, reason)
     }
+}
+
+/// Fragment `fragment` of `topic`.
+///
+/// Errors: `UnknownTopic`; `InvalidArgument` for a fragment the topic does not have.
+fn fragment_mut<'a>(
+    topics: &'a mut std::collections::BTreeMap<String, super::TopicRecord>,
+    topic: &str,
+    fragment: u32,
+) -> Result<&'a mut super::Fragment, MetadataError> {
+    let t = topics
+        .get_mut(topic)
+        .ok_or_else(|| MetadataError::UnknownTopic(topic.to_owned()))?;
+    t.fragments
+        .get_mut(fragment as usize)
+        .ok_or_else(|| MetadataError::InvalidArgument(format!("no fragment {fragment} in {topic}")))
 }
 
 #[cfg(test)]
