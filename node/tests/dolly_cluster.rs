@@ -459,7 +459,7 @@ fn an_observer_following_dollys_snapshot_and_updates_gets_the_leaders_state() {
     put_many(&ctx, &c.requests[follower], "after", 200);
     let (want, want_seq) = leader_state(&ctx, &snapshots);
     assert!(
-        eventually(|| {
+        eventually_within(std::time::Duration::from_secs(60), || {
             observer.drain();
             observer.sequence == want_seq
         }),

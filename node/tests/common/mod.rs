@@ -175,8 +175,14 @@ pub fn read_all(s: &zmq::Socket) -> Vec<u8> {
 }
 
 /// Polls `cond` every 20 ms for up to 10 s; returns its last value.
-pub fn eventually(mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(10);
+pub fn eventually(cond: impl FnMut() -> bool) -> bool {
+    eventually_within(Duration::from_secs(10), cond)
+}
+
+/// Polls `cond` every 20 ms for up to `limit`; returns its last value. For catching up under
+/// load (three 3-process clusters share CI's two cores), where 10 s can be too short.
+pub fn eventually_within(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
     loop {
         if cond() {
             return true;
