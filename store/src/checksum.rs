@@ -254,6 +254,22 @@ mod tests {
     }
 
     #[test]
+    fn the_sidecar_layout_is_pinned_byte_for_byte() {
+        // [end: u64 LE][crc32c: u32 LE][crc32c of the 12 bytes before: u32 LE], after "ZPERCRC1".
+        let e = Entry {
+            end: 5,
+            crc: crc(b"hello"),
+        };
+        assert_eq!(crc(b"hello"), 0x9a71_bb4c, "CRC32C (Castagnoli)");
+        let bytes = e.encode();
+        assert_eq!(&bytes[..8], &5u64.to_le_bytes());
+        assert_eq!(&bytes[8..12], &0x9a71_bb4cu32.to_le_bytes());
+        assert_eq!(&bytes[12..], &crc(&bytes[..12]).to_le_bytes());
+        assert_eq!(MAGIC, b"ZPERCRC1");
+        assert_eq!(file_name(288), "00000000000000000288.crc");
+    }
+
+    #[test]
     fn entries_round_trip_and_a_damaged_entry_ends_the_list() {
         let (s, _) = sums_over(&[b"hello", b"world", b"!"]);
         let mut bytes = MAGIC.to_vec();
