@@ -10,10 +10,11 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use testcontainers::core::WaitFor;
+use testcontainers::core::{Mount, WaitFor};
 use testcontainers::runners::SyncRunner;
 use testcontainers::{Container, GenericImage, ImageExt};
 
+use crate::disk::{DiskKind, NodeDisk};
 use crate::docker;
 
 /// The image the tests run.
@@ -97,6 +98,8 @@ pub struct Cluster {
     pub nodes: Vec<Node>,
     /// The Docker network.
     pub network: String,
+    /// Each node's `/data` on the host, index = id - 1 (dropped after the containers).
+    pub disks: Vec<NodeDisk>,
 }
 
 fn http_get(addr: &str, path: &str) -> Option<(u16, Value)> {
@@ -122,10 +125,16 @@ pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
 }
 
 impl Cluster {
-    /// Starts three nodes named `<prefix>n1..3` and waits (at most 60 s) until all are ready
-    /// and registered as live.
+    /// Starts three nodes named `<prefix>n1..3`, each with its data in a plain host directory,
+    /// and waits (at most 60 s) until all are ready and registered as live.
     pub fn start(prefix: &str) -> Cluster {
+        Cluster::start_on(prefix, [DiskKind::Dir; 3])
+    }
+
+    /// As [`Cluster::start`], node `i`'s data on a disk of kind `disks[i]`.
+    pub fn start_on(prefix: &str, disks: [DiskKind; 3]) -> Cluster {
         ensure_image();
+        let disks: Vec<NodeDisk> = disks.into_iter().map(NodeDisk::new).collect();
         let network = format!("{prefix}-net");
         let _ = docker(&["network", "rm", &network]);
         docker(&["network", "create", &network]).expect("create network");
@@ -153,11 +162,21 @@ impl Cluster {
                     "flush_interval=50".into(),
                     "--set".into(),
                     "node.lease_ms=1500".into(),
+                    // Small segments: the runs seal several, so faults meet closed ones too.
+                    "--set".into(),
+                    "segment_size=1048576".into(),
                 ];
+                // Root in the container: the host directory (a LazyFs or tmpfs mount among
+                // them) belongs to root.
                 let container = GenericImage::new(IMAGE.0, IMAGE.1)
                     .with_wait_for(WaitFor::Nothing)
                     .with_network(network.clone())
                     .with_container_name(name.clone())
+                    .with_user("0")
+                    .with_mount(Mount::bind_mount(
+                        disks[i].path.display().to_string(),
+                        "/data",
+                    ))
                     .with_cmd(args)
                     .start()
                     .unwrap_or_else(|e| panic!("start {name}: {e}"));
@@ -169,7 +188,11 @@ impl Cluster {
                 }
             })
             .collect();
-        let mut c = Cluster { nodes, network };
+        let mut c = Cluster {
+            nodes,
+            network,
+            disks,
+        };
         for i in 0..3 {
             c.refresh_ip(i);
         }
@@ -290,6 +313,26 @@ impl Cluster {
         docker(&["network", "connect", &self.network, &self.nodes[i].name])
             .expect("network connect");
         self.refresh_ip(i);
+    }
+
+    /// Power loss of the nodes `which` at once: each container is killed, then everything its
+    /// disk never fsynced is dropped (their disks must be [`DiskKind::Lazy`]), then they start
+    /// again. Returns what each disk dropped.
+    pub fn power_loss(&mut self, which: &[usize]) -> Vec<String> {
+        for &i in which {
+            self.kill(i);
+        }
+        let dropped = which.iter().map(|&i| self.disks[i].power_loss()).collect();
+        for &i in which {
+            self.start_again(i);
+        }
+        dropped
+    }
+
+    /// Whether node `i`'s container is running.
+    pub fn running(&self, i: usize) -> bool {
+        docker(&["inspect", "-f", "{{.State.Running}}", &self.nodes[i].name])
+            .is_ok_and(|s| s == "true")
     }
 
     /// Graceful restart of node `i` (SIGTERM, at most 10 s, then start).

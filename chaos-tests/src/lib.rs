@@ -10,6 +10,7 @@
 //! modes 1 and 2 and Dolly Puts, recording every acknowledgement) and [`check`].
 
 pub mod cluster;
+pub mod disk;
 pub mod workload;
 
 pub use cluster::{Cluster, Node};

@@ -43,9 +43,13 @@ pub struct Acked {
     pub topics: BTreeSet<String>,
     /// (leader epoch -> leaders seen with it) from every node's view.
     pub epochs: BTreeMap<u64, BTreeSet<u64>>,
-    /// Message ids a consumer read, woken by the ack PUB (readers only see what is below the
-    /// high-water mark, so none of these may be missing afterwards).
-    pub consumed: BTreeSet<u64>,
+    /// (Raft term -> nodes that said they lead in it): two in one term would mean a vote was
+    /// forgotten (e.g. lost in a power loss).
+    pub terms: BTreeMap<u64, BTreeSet<u64>>,
+    /// Message ids a consumer read, woken by the ack PUB, with the offset it read each at
+    /// (readers only see what is below the high-water mark, so each must be in the final log
+    /// at that offset; issue #13's dirty-read check).
+    pub consumed: BTreeMap<u64, usize>,
 }
 
 /// A running workload against `endpoints` (the nodes' addresses; updated by the test after an
@@ -347,10 +351,14 @@ fn consumer(ips: &Mutex<Vec<String>>, stop: &AtomicBool, acked: &Mutex<Acked>, d
             };
             if reply.len() == 2 && reply[0] == [100u8] {
                 let whole = zper_wire::whole_message_len(&reply[1]);
-                let ids: Vec<u64> = messages(&reply[1][..whole]).iter().map(|m| m.0).collect();
+                let base = *offset;
+                let read: Vec<(u64, usize)> = messages(&reply[1][..whole])
+                    .into_iter()
+                    .map(|(id, at)| (id, base + at))
+                    .collect();
                 *offset += whole;
                 if let Ok(mut a) = acked.lock() {
-                    a.consumed.extend(ids);
+                    a.consumed.extend(read);
                 }
             }
         }
@@ -383,6 +391,20 @@ fn topics(ips: &Mutex<Vec<String>>, stop: &AtomicBool, acked: &Mutex<Acked>, dea
             }
         }
         for i in 0..3 {
+            let url = format!("http://{}:9644/v1/raft", ip(ips, i));
+            if let Ok(v) = client
+                .get(url)
+                .send()
+                .and_then(|r| r.json::<serde_json::Value>())
+            {
+                if let (Some(term), Some(id), Some("Leader")) =
+                    (v["term"].as_u64(), v["id"].as_u64(), v["state"].as_str())
+                {
+                    if let Ok(mut a) = acked.lock() {
+                        a.terms.entry(term).or_default().insert(id);
+                    }
+                }
+            }
             let url = format!("http://{}:9644/v1/topics/{TOPIC}", ip(ips, i));
             if let Ok(v) = client
                 .get(url)
@@ -420,12 +442,17 @@ pub struct CheckReport {
     pub lost_topics: usize,
     /// Leader epochs seen with more than one leader.
     pub split_epochs: usize,
+    /// Raft terms in which more than one node said it leads.
+    pub split_terms: usize,
     /// Whether every node's copy of the topic is byte-identical.
     pub identical_logs: bool,
     /// Messages a consumer read during the run.
     pub consumed: usize,
-    /// Messages a consumer read that are missing afterwards (a read of uncommitted data).
+    /// Messages a consumer read that are missing afterwards, or stored at another offset than
+    /// where they were read (a dirty read: data above a durable high-water mark).
     pub phantom_reads: usize,
+    /// Up to 10 dirty reads: (id, offset read at, offset in the final log if any).
+    pub dirty_sample: Vec<(u64, usize, Option<usize>)>,
     /// Up to 20 lost ids, with the ack mode they were acknowledged in and the node index they
     /// were sent to (mode 1).
     pub lost_sample: Vec<(u64, u8, usize)>,
@@ -525,12 +552,19 @@ pub fn check(cluster: &Cluster, acked: &Acked) -> CheckReport {
         }
     }
     r.lost_messages = lost.len();
-    let stored: BTreeSet<u64> = logs
+    let stored: BTreeMap<u64, usize> = logs
         .first()
-        .map(|l| messages(l).into_iter().map(|m| m.0).collect())
+        .map(|l| messages(l).into_iter().collect())
         .unwrap_or_default();
     r.consumed = acked.consumed.len();
-    r.phantom_reads = acked.consumed.difference(&stored).count();
+    let dirty: Vec<(u64, usize, Option<usize>)> = acked
+        .consumed
+        .iter()
+        .filter(|(id, at)| stored.get(id) != Some(at))
+        .map(|(id, at)| (*id, *at, stored.get(id).copied()))
+        .collect();
+    r.phantom_reads = dirty.len();
+    r.dirty_sample = dirty.into_iter().take(10).collect();
     r.lost_sample = lost
         .iter()
         .take(20)
@@ -574,6 +608,7 @@ pub fn check(cluster: &Cluster, acked: &Acked) -> CheckReport {
     }
     r.lost_topics = lost_topics.len();
     r.split_epochs = acked.epochs.values().filter(|l| l.len() > 1).count();
+    r.split_terms = acked.terms.values().filter(|l| l.len() > 1).count();
     r
 }
 
@@ -582,25 +617,36 @@ pub fn print_header() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         eprintln!(
-            "{:<22} {:<40} {:>6} {:>5} {:>6} {:>5} {:>5} {:>6} {:>9}",
-            "scenario", "faults", "acked", "lost", "read", "puts", "lost", "topics", "recover_s"
+            "{:<20} {:>6} {:>6} {:>5} {:>6} {:>5} {:>5} {:>5} {:>6} {:>9}  faults",
+            "scenario",
+            "faults",
+            "acked",
+            "lost",
+            "read",
+            "dirty",
+            "puts",
+            "lost",
+            "topics",
+            "recover_s"
         );
     });
 }
 
-/// One table row.
-pub fn print_row(scenario: &str, faults: &str, r: &CheckReport, recover: Duration) {
+/// One table row: `faults` injected (described by `what`), and the longest recovery after one.
+pub fn print_row(scenario: &str, faults: usize, what: &str, r: &CheckReport, recover: Duration) {
     print_header();
     eprintln!(
-        "{:<22} {:<40} {:>6} {:>5} {:>6} {:>5} {:>5} {:>6} {:>9.1}",
+        "{:<20} {:>6} {:>6} {:>5} {:>6} {:>5} {:>5} {:>5} {:>6} {:>9.1}  {}",
         scenario,
         faults,
         r.acked_messages,
         r.lost_messages,
         r.consumed,
+        r.phantom_reads,
         r.acked_puts,
         r.lost_puts,
         r.acked_topics,
-        recover.as_secs_f64()
+        recover.as_secs_f64(),
+        what
     );
 }

@@ -99,6 +99,10 @@ pub struct NodeConfig {
     pub acks_leader: bool,
     /// Largest frame accepted from a producer, bytes (`max_message`); also bounds FETCH replies.
     pub max_message: usize,
+    /// Heap bytes past which the node refuses to build more large replies (`memory_budget`,
+    /// default 1 GiB, at least 16 MiB; issue #13): reader FETCHes get `[0xFF]` and replica
+    /// fetches are cut to 64 KiB until memory is back under it. See `zper::memory`.
+    pub memory_budget: u64,
     /// Writer ROUTER receive high-water mark, messages (`receive_hwm`).
     pub receive_hwm: i32,
     /// Writer socket SO_RCVBUF, bytes (`receive_buffer`).
@@ -153,8 +157,8 @@ impl Default for ClusterSettings {
             voters: Default::default(),
             raft_dir: None,
             lease_ms: 1500,
-            heartbeat_ms: 50,
-            election_timeout_ms: 300,
+            heartbeat_ms: 100,
+            election_timeout_ms: 500,
             admin_token: None,
         }
     }
@@ -170,6 +174,7 @@ const KNOWN: &[&str] = &[
     "allow_empty_message",
     "decoder",
     "max_message",
+    "memory_budget",
     "receive_hwm",
     "receive_buffer",
     "send_buffer",
@@ -233,6 +238,7 @@ impl Default for NodeConfig {
             min_insync: None,
             acks_leader: false,
             max_message: 8_388_608,
+            memory_budget: 1 << 30,
             receive_hwm: 1024,
             receive_buffer: 1_048_576,
             send_buffer: 1_048_576,
@@ -331,6 +337,7 @@ impl NodeConfig {
         // stores (§4.2), so the key is validated and otherwise has no effect.
         boolean(map, "decoder", true)?;
         c.max_message = num(map, "max_message", c.max_message as u64, 1)? as usize;
+        c.memory_budget = num(map, "memory_budget", c.memory_budget, 16 << 20)?;
         c.receive_hwm = num(map, "receive_hwm", c.receive_hwm as u64, 0)? as i32;
         c.receive_buffer = num(map, "receive_buffer", c.receive_buffer as u64, 0)? as i32;
         c.send_buffer = num(map, "send_buffer", c.send_buffer as u64, 0)? as i32;
@@ -533,7 +540,7 @@ fn num(
     };
     let v = raw.trim();
     // i32-sized options (socket options, thread counts) are capped at i32::MAX.
-    let max = if key == "segment_size" {
+    let max = if key == "segment_size" || key == "memory_budget" {
         u64::MAX
     } else {
         i32::MAX as u64
@@ -544,7 +551,8 @@ fn num(
             key,
             v,
             match (min, max == u64::MAX) {
-                (_, true) => std::borrow::Cow::Borrowed("a whole number of bytes, at least 1"),
+                (1, true) => std::borrow::Cow::Borrowed("a whole number of bytes, at least 1"),
+                (min, true) => format!("a whole number of bytes, at least {min}").into(),
                 (0, false) => "a whole number from 0 to 2147483647".into(),
                 (1, false) => "a whole number from 1 to 2147483647".into(),
                 (min, false) => format!("a whole number from {min} to 2147483647").into(),

@@ -7,6 +7,7 @@ mod cluster;
 pub mod config;
 pub mod dolly_peers;
 pub mod endpoint;
+pub mod memory;
 pub mod metrics;
 pub mod node;
 pub mod replication;

@@ -12,6 +12,11 @@ use zper::cli::client::Targets;
 use zper::cli::{consume, perf, produce, Cli, Command, RunArgs};
 use zper::{Node, NodeConfig};
 
+/// jemalloc: its statistics are the node's memory budget (`zper::memory`), and it returns
+/// freed memory to the system.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -53,6 +58,7 @@ fn run_node(config: Option<&std::path::Path>, args: &RunArgs) -> Result<()> {
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone()).context("install signal handler")?;
     }
+    zper::memory::return_freed_memory_in_background();
     let node = Node::start(&config)?;
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(50));

@@ -57,6 +57,9 @@ pub struct Counters {
     pub bad_requests: AtomicU64,
     /// Reader replies that could not be delivered.
     pub replies_dropped: AtomicU64,
+    /// Requests refused because a bounded queue or the node's memory budget was full (issue
+    /// #13): answered with a status, or dropped when even that cannot be delivered.
+    pub overloaded: AtomicU64,
     /// Flush notices published on the ack endpoint.
     pub flush_notices: AtomicU64,
     /// fdatasync calls that made appended bytes durable.
@@ -124,6 +127,7 @@ impl Default for Counters {
             acks_sent: AtomicU64::new(0),
             bad_requests: AtomicU64::new(0),
             replies_dropped: AtomicU64::new(0),
+            overloaded: AtomicU64::new(0),
             flush_notices: AtomicU64::new(0),
             flushes: AtomicU64::new(0),
             flush_seconds,
@@ -471,6 +475,7 @@ impl Collector for CountersCollector {
             ("not_leader", &k.not_leader),
             ("not_enough_replicas", &k.not_enough_replicas),
             ("bad_request", &k.bad_requests),
+            ("overloaded", &k.overloaded),
         ] {
             catch_up(
                 &self.rejected.with_label_values(&[reason]),

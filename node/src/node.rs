@@ -17,6 +17,9 @@ use crate::metrics::Counters;
 pub const WRITER_ACK_HWM: i32 = 100_000;
 /// Unread replies queued per reader connection before further replies to it are dropped.
 pub const READER_REPLY_HWM: i32 = 16;
+/// Replica fetch replies libzmq queues per replica connection before dropping (and counting)
+/// further ones: a follower has one fetch in flight per topic it follows.
+pub const REPLICA_REPLY_HWM: i32 = 64;
 
 /// Why a node could not start or stop cleanly.
 #[derive(Debug, Error)]
@@ -127,6 +130,7 @@ impl Node {
         let ctx = zmq::Context::new();
         ctx.set_io_threads(config.io_threads)?;
         let counters = Arc::new(Counters::default());
+        let memory = Arc::new(crate::memory::MemoryBudget::new(config.memory_budget));
         let stop = Arc::new(AtomicBool::new(false));
 
         let w = ctx.socket(zmq::ROUTER)?;
@@ -165,6 +169,8 @@ impl Node {
         c.set_router_mandatory(true)?;
         let rep = bind(&ctx, zmq::ROUTER, &config.replica_bind)?;
         rep.set_router_mandatory(true)?;
+        // Replica fetch replies (up to 1 MiB each) queued for a peer that does not read them.
+        rep.set_sndhwm(REPLICA_REPLY_HWM)?;
         let relay = ctx.socket(zmq::ROUTER)?;
         relay.set_router_mandatory(true)?; // a full or vanished subscriber fails the send
         relay.set_router_handover(true)?; // a reconnecting subscriber takes its identity over
@@ -277,6 +283,7 @@ impl Node {
                 lag: config.replica_lag,
                 min_insync: config.min_insync,
                 acks_leader: config.acks_leader,
+                memory: memory.clone(),
             },
         )?);
         let cap = config.max_message as u64 + 9;
@@ -289,6 +296,7 @@ impl Node {
             counters.clone(),
             stop.clone(),
             Some(view.clone()),
+            memory.clone(),
         )?;
         threads.push(reader.front);
         let controller_ctx = crate::endpoint::controller::Shared {

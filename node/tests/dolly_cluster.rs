@@ -132,13 +132,17 @@ impl Cluster {
     }
 
     /// Waits until every node applied the same Raft index with the same state hash.
+    /// Every node reports the same state hash at the same applied index. The pair is
+    /// `metadata_applied` + `state_hash` (read together); Raft's `last_applied` metric may be a
+    /// step apart from the state it is shown with. Lease renewals keep the log moving, so the
+    /// nodes are sampled until one sample finds them at the same index (bounded: 60 s).
     fn converged(&self) -> bool {
-        eventually(|| {
+        eventually_within(Duration::from_secs(60), || {
             let states: Vec<Value> = (0..3).map(|i| self.raft(i)).collect();
-            states.iter().all(|s| s["last_applied"].is_u64())
+            states.iter().all(|s| s["metadata_applied"].is_u64())
                 && states.windows(2).all(|w| {
                     w[0]["state_hash"] == w[1]["state_hash"]
-                        && w[0]["last_applied"] == w[1]["last_applied"]
+                        && w[0]["metadata_applied"] == w[1]["metadata_applied"]
                 })
         })
     }

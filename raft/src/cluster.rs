@@ -150,7 +150,16 @@ fn claim_dir(dir: &std::path::Path, id: NodeId) -> Result<(), ClusterError> {
             let mut f = std::fs::File::create(&tmp).map_err(io)?;
             std::io::Write::write_all(&mut f, format!("{id}\n").as_bytes()).map_err(io)?;
             f.sync_all().map_err(io)?;
-            std::fs::rename(&tmp, &path).map_err(io)
+            std::fs::rename(&tmp, &path).map_err(io)?;
+            // The claim, and the Raft directory itself, survive a power loss only once their
+            // directories are fsynced (RocksDB syncs its own files, not its parent).
+            let parent = dir.parent().filter(|p| !p.as_os_str().is_empty());
+            for d in [Some(dir), parent].into_iter().flatten() {
+                std::fs::File::open(d)
+                    .and_then(|d| d.sync_all())
+                    .map_err(io)?;
+            }
+            Ok(())
         }
         Err(e) => Err(io(e)),
     }

@@ -29,7 +29,14 @@ impl TopicLog {
         segment_size: u64,
         allow_empty: bool,
     ) -> Result<TopicLog, StoreError> {
+        let existed = dir.is_dir();
         fs::create_dir_all(dir).map_err(|e| StoreError::io("create topic dir", dir, e))?;
+        if !existed {
+            // A new topic directory survives a power loss only once its parent is fsynced.
+            if let Some(parent) = dir.parent() {
+                sync_dir(parent)?;
+            }
+        }
         let mut starts = Vec::new();
         for entry in fs::read_dir(dir).map_err(|e| StoreError::io("list", dir, e))? {
             let entry = entry.map_err(|e| StoreError::io("list", dir, e))?;

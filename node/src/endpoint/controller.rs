@@ -95,10 +95,16 @@ async fn subscription(
     }
 }
 
+/// Subscription requests (SUBSCRIBE, KEEPALIVE, UNSUBSCRIBE: each a Raft command) in progress at
+/// most; past it a request gets `[0xFF]` at once (issue #13: every queue has a bound). The
+/// reply channel holds at most this many replies, so it needs no bound of its own.
+pub const SUBSCRIPTIONS_IN_PROGRESS: usize = 1024;
+
 /// Serves the controller ROUTER until `stop` is set.
 pub(crate) fn run(router: zmq::Socket, ctx: Shared, stop: Arc<AtomicBool>) {
     let counters = ctx.counters.clone();
     let (tx, rx) = crossbeam_channel::unbounded::<Vec<Vec<u8>>>();
+    let in_progress = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     while !stop.load(Ordering::Relaxed) {
         while let Ok(out) = rx.try_recv() {
             if !try_send(&router, out) {
@@ -119,15 +125,26 @@ pub(crate) fn run(router: zmq::Socket, ctx: Shared, stop: Arc<AtomicBool>) {
             };
             let reply = match ControllerRequest::decode(&req.frames) {
                 Ok(
+                    ControllerRequest::Subscribe(_)
+                    | ControllerRequest::KeepAlive(_)
+                    | ControllerRequest::Unsubscribe(_),
+                ) if in_progress.load(Ordering::Acquire) >= SUBSCRIPTIONS_IN_PROGRESS => {
+                    Counters::add(&counters.overloaded, 1);
+                    ControllerReply::Status(Status::InternalError)
+                }
+                Ok(
                     r @ (ControllerRequest::Subscribe(_)
                     | ControllerRequest::KeepAlive(_)
                     | ControllerRequest::Unsubscribe(_)),
                 ) => {
                     let (cluster, tx, lease) = (ctx.cluster.clone(), tx.clone(), ctx.lease);
+                    let left = in_progress.clone();
+                    left.fetch_add(1, Ordering::AcqRel);
                     ctx.runtime.spawn(
                         async move {
                             let reply = subscription(&cluster, r, lease).await;
                             let _ = tx.send(req.reply(reply.into_frames()));
+                            left.fetch_sub(1, Ordering::AcqRel);
                         }
                         .instrument(tracing::debug_span!("controller_subscription")),
                     );

@@ -110,10 +110,16 @@ struct Connection {
 }
 
 impl Connection {
-    fn start(ctx: &Arc<Shared>, routing_id: Vec<u8>, replies: Sender<Vec<Vec<u8>>>) -> Self {
+    fn start(
+        ctx: &Arc<Shared>,
+        routing_id: Vec<u8>,
+        replies: Sender<Vec<Vec<u8>>>,
+        total: &Arc<AtomicUsize>,
+    ) -> Self {
+        // Unbounded in type only: `run` queues at most PENDING_PER_CONNECTION.
         let (queue, mut rx) = tokio::sync::mpsc::unbounded_channel::<Message>();
         let pending = Arc::new(AtomicUsize::new(0));
-        let (ctx, left) = (ctx.clone(), pending.clone());
+        let (ctx, left, total) = (ctx.clone(), pending.clone(), total.clone());
         ctx.runtime.clone().spawn(
             async move {
                 while let Some(msg) = rx.recv().await {
@@ -128,6 +134,7 @@ impl Connection {
                     // After the reply is queued: the endpoint answers this connection inline
                     // again only once everything before is on its way.
                     left.fetch_sub(1, Ordering::AcqRel);
+                    total.fetch_sub(1, Ordering::AcqRel);
                 }
             }
             .instrument(tracing::debug_span!("dolly_connection")),
@@ -181,6 +188,12 @@ pub(crate) struct Shared {
 
 /// Idle connections are forgotten once there are more than this many.
 const IDLE_CONNECTIONS: usize = 1024;
+/// Requests one connection may have queued or in progress (issue #13: every queue has a
+/// bound); past it, or past [`PENDING_TOTAL`] for the node, a request is answered `Error`
+/// ("busy") at once and counted as `zper_rejected_total{reason="overloaded"}`.
+pub const PENDING_PER_CONNECTION: usize = 1000;
+/// Requests queued or in progress across all connections.
+pub const PENDING_TOTAL: usize = 10_000;
 
 fn flush(router: &zmq::Socket, rx: &crossbeam_channel::Receiver<Vec<Vec<u8>>>, c: &Counters) {
     while let Ok(frames) = rx.try_recv() {
@@ -195,8 +208,11 @@ fn flush(router: &zmq::Socket, rx: &crossbeam_channel::Receiver<Vec<Vec<u8>>>, c
 pub(crate) fn run(router: zmq::Socket, ctx: Shared, stop: Arc<AtomicBool>) {
     let ctx = Arc::new(ctx);
     let counters = ctx.counters.clone();
+    // Holds at most PENDING_TOTAL replies (one per request in progress) plus what one pass
+    // reads before flushing.
     let (tx, rx) = crossbeam_channel::unbounded::<Vec<Vec<u8>>>();
     let mut connections: HashMap<Vec<u8>, Connection> = HashMap::new();
+    let total = Arc::new(AtomicUsize::new(0));
     while !stop.load(Ordering::Relaxed) {
         flush(&router, &rx, &counters);
         match router.poll(zmq::POLLIN, POLL_MS.min(10)) {
@@ -247,10 +263,26 @@ pub(crate) fn run(router: zmq::Socket, ctx: Shared, stop: Arc<AtomicBool>) {
         }
         let c = connections
             .entry(routing_id.clone())
-            .or_insert_with(|| Connection::start(&ctx, routing_id.clone(), tx.clone()));
+            .or_insert_with(|| Connection::start(&ctx, routing_id.clone(), tx.clone(), &total));
+        if c.pending.load(Ordering::Acquire) >= PENDING_PER_CONNECTION
+            || total.load(Ordering::Acquire) >= PENDING_TOTAL
+        {
+            Counters::add(&counters.overloaded, 1);
+            let reply = error(
+                &ctx.cluster,
+                &msg.key,
+                "busy: too many requests in progress, retry later",
+            );
+            if !try_send(&router, with_id(routing_id.clone(), &reply)) {
+                Counters::add(&counters.replies_dropped, 1);
+            }
+            continue;
+        }
         c.pending.fetch_add(1, Ordering::AcqRel);
+        total.fetch_add(1, Ordering::AcqRel);
         if c.queue.send(msg).is_err() {
             c.pending.fetch_sub(1, Ordering::AcqRel);
+            total.fetch_sub(1, Ordering::AcqRel);
             warn!("dolly connection task gone");
         }
     }

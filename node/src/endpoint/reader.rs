@@ -7,6 +7,13 @@
 //! max_bytes -1 is the README's stream fetch (§9): `[100][next offset:8][payload]...`, the whole
 //! messages from the offset within one segment. A topic never written reads as one empty segment
 //! at 0 (§5.4) without creating anything on disk.
+//!
+//! Memory is bounded (issue #13): a connection may have [`PER_CONNECTION`] requests in
+//! progress and the node [`IN_PROGRESS`] in all; a FETCH or stream reply is only built when it
+//! fits the node's memory budget ([`MemoryBudget`]), which counts replies still queued towards
+//! clients that do not read them. A request past any of these gets `[0xFF]` at once (counted
+//! as `zper_rejected_total{reason="overloaded"}`); ZPER has no "busy" status, and 0xFF is
+//! what its clients already retry.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,6 +26,7 @@ use zper_store::{Store, StoreError};
 use zper_wire::{Identity, ReaderReply, ReaderRequest, Status, Timestamp};
 
 use super::{try_send, POLL_MS};
+use crate::memory::MemoryBudget;
 use crate::metrics::Counters;
 use crate::replication::PlacementView;
 
@@ -27,8 +35,55 @@ pub(crate) struct Reader {
     pub(crate) front: JoinHandle<()>,
 }
 
+/// Requests one connection may have in progress (received, not yet answered); docs promise 16
+/// unread replies per connection, and libzmq queues at most that many more
+/// ([`crate::node::READER_REPLY_HWM`]).
+pub const PER_CONNECTION: usize = 16;
+/// Requests the node has in progress across all connections.
+pub const IN_PROGRESS: usize = 256;
+
+/// Requests in progress, per connection and in all (the front's bookkeeping).
+#[derive(Debug, Default)]
+pub(crate) struct InProgress {
+    by_peer: HashMap<Vec<u8>, usize>,
+    total: usize,
+}
+
+impl InProgress {
+    /// Takes a slot for `peer`; false when it has [`PER_CONNECTION`] already or the node
+    /// [`IN_PROGRESS`].
+    pub(crate) fn admit(&mut self, peer: &[u8]) -> bool {
+        if self.total >= IN_PROGRESS {
+            return false;
+        }
+        let n = self.by_peer.entry(peer.to_vec()).or_insert(0);
+        if *n >= PER_CONNECTION {
+            return false;
+        }
+        *n += 1;
+        self.total += 1;
+        true
+    }
+
+    /// Gives `peer`'s slot back (its reply left the worker).
+    pub(crate) fn done(&mut self, peer: &[u8]) {
+        if let Some(n) = self.by_peer.get_mut(peer) {
+            *n -= 1;
+            self.total = self.total.saturating_sub(1);
+            if *n == 0 {
+                self.by_peer.remove(peer);
+            }
+        }
+    }
+
+    /// Requests in progress in all.
+    pub(crate) fn total(&self) -> usize {
+        self.total
+    }
+}
+
 /// Starts the front thread and `workers` worker threads over a bound ROUTER. `cap` bounds the
-/// bytes of one FETCH reply.
+/// bytes of one FETCH reply; `budget` is the node's memory budget.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn start(
     ctx: &zmq::Context,
@@ -39,17 +94,20 @@ pub(crate) fn start(
     counters: Arc<Counters>,
     stop: Arc<AtomicBool>,
     view: Option<PlacementView>,
+    budget: Arc<MemoryBudget>,
 ) -> Result<Reader, zmq::Error> {
     let (replies, pushes) = super::worker_replies(ctx, "reader-replies", workers)?;
-    let (tx, rx) = crossbeam_channel::bounded::<Vec<Vec<u8>>>(1024);
+    // Never full: the front admits at most IN_PROGRESS requests before their replies are back.
+    let (tx, rx) = crossbeam_channel::bounded::<Vec<Vec<u8>>>(IN_PROGRESS);
     let mut handles = Vec::with_capacity(workers);
     for (i, push) in pushes.into_iter().enumerate() {
         let (rx, store, counters) = (rx.clone(), store.clone(), counters.clone());
         let remote = view.clone().map(|v| Remote::new(ctx.clone(), v));
+        let budget = budget.clone();
         handles.push(
             std::thread::Builder::new()
                 .name(format!("zper-reader-{i}"))
-                .spawn(move || work(rx, push, store, cap, counters, remote))
+                .spawn(move || work(rx, push, store, cap, counters, remote, &budget))
                 .map_err(|_| zmq::Error::EMFILE)?,
         );
     }
@@ -68,8 +126,12 @@ fn front(
     counters: Arc<Counters>,
     stop: Arc<AtomicBool>,
 ) {
-    let forward = |replies: &zmq::Socket| {
+    let mut in_progress = InProgress::default();
+    let forward = |replies: &zmq::Socket, in_progress: &mut InProgress| {
         while let Ok(frames) = replies.recv_multipart(zmq::DONTWAIT) {
+            if let Some(peer) = frames.first() {
+                in_progress.done(peer);
+            }
             if !try_send(&router, frames) {
                 Counters::add(&counters.replies_dropped, 1);
             }
@@ -84,12 +146,27 @@ fn front(
             error!(error = %e, "reader poll failed");
             break;
         }
-        forward(&replies);
+        forward(&replies, &mut in_progress);
         for _ in 0..1024 {
             match router.recv_multipart(zmq::DONTWAIT) {
                 Ok(frames) => {
-                    if tx.send(frames).is_err() {
-                        error!("reader workers are gone");
+                    let Some(peer) = frames.first().cloned() else {
+                        continue;
+                    };
+                    if !in_progress.admit(&peer) {
+                        refuse_overloaded(&router, frames, &counters);
+                        continue;
+                    }
+                    match tx.try_send(frames) {
+                        Ok(()) => {}
+                        Err(crossbeam_channel::TrySendError::Full(frames)) => {
+                            in_progress.done(&peer);
+                            refuse_overloaded(&router, frames, &counters);
+                        }
+                        Err(crossbeam_channel::TrySendError::Disconnected(_)) => {
+                            in_progress.done(&peer);
+                            error!("reader workers are gone");
+                        }
                     }
                 }
                 Err(zmq::Error::EAGAIN) => break,
@@ -104,8 +181,20 @@ fn front(
     for w in workers {
         let _ = w.join();
     }
-    forward(&replies);
-    debug!("reader stopped");
+    forward(&replies, &mut in_progress);
+    debug!(in_progress = in_progress.total(), "reader stopped");
+}
+
+/// Answers a request the node has no room for with `[0xFF]` (dropped if even that cannot be
+/// delivered), and counts it.
+fn refuse_overloaded(router: &zmq::Socket, frames: Vec<Vec<u8>>, counters: &Counters) {
+    Counters::add(&counters.overloaded, 1);
+    if let Some(req) = super::Request::split(frames) {
+        let out = req.reply(ReaderReply::Status(Status::InternalError).into_frames());
+        if !try_send(router, out) {
+            Counters::add(&counters.replies_dropped, 1);
+        }
+    }
 }
 
 /// Forwards reader requests for topics this node holds no copy of to the fragment's leader
@@ -186,11 +275,21 @@ fn work(
     cap: u64,
     counters: Arc<Counters>,
     mut remote: Option<Remote>,
+    budget: &MemoryBudget,
 ) {
     for frames in rx {
         let Some(req) = super::Request::split(frames) else {
             continue;
         };
+        if !budget.allows(reply_bound(&req.frames, cap)) {
+            // Built, this reply would take the node past its memory budget.
+            Counters::add(&counters.overloaded, 1);
+            let out = req.reply(ReaderReply::Status(Status::InternalError).into_frames());
+            if push.send_multipart(out, 0).is_err() {
+                Counters::add(&counters.replies_dropped, 1);
+            }
+            continue;
+        }
         if let Some(reply) = remote
             .as_mut()
             .and_then(|r| r.answer(&req.routing_id, &req.frames))
@@ -211,6 +310,18 @@ fn work(
         if push.send_multipart(out, 0).is_err() {
             Counters::add(&counters.replies_dropped, 1);
         }
+    }
+}
+
+/// The most bytes the reply to `frames` can hold: FETCH's max_bytes (at most `cap`), `cap`
+/// for a stream fetch, a few bytes for anything else.
+fn reply_bound(frames: &[Vec<u8>], cap: u64) -> u64 {
+    match ReaderRequest::decode(frames) {
+        Ok(ReaderRequest::Fetch { max_bytes, .. }) => {
+            u64::try_from(max_bytes).unwrap_or(0).min(cap)
+        }
+        Ok(ReaderRequest::Stream { .. }) => cap,
+        _ => 0,
     }
 }
 
@@ -325,4 +436,45 @@ fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connection_gets_at_most_its_share_of_requests_in_progress_and_the_node_a_total() {
+        let mut p = InProgress::default();
+        for _ in 0..PER_CONNECTION {
+            assert!(p.admit(b"a"));
+        }
+        assert!(!p.admit(b"a"), "one connection past its share");
+        p.done(b"a");
+        assert!(p.admit(b"a"), "a slot given back can be taken again");
+        let peers = (IN_PROGRESS - PER_CONNECTION).div_ceil(PER_CONNECTION);
+        for n in 0..peers {
+            for _ in 0..PER_CONNECTION {
+                let _ = p.admit(format!("peer{n}").as_bytes());
+            }
+        }
+        assert_eq!(p.total(), IN_PROGRESS);
+        assert!(!p.admit(b"newcomer"), "the node's total is a bound too");
+        p.done(b"nobody");
+        assert_eq!(p.total(), IN_PROGRESS, "an unknown peer gives nothing back");
+    }
+
+    #[test]
+    fn the_reply_bound_is_the_fetch_size_capped_or_the_cap_for_a_stream() {
+        let fetch = |max: i64| {
+            vec![
+                b"FETCH".to_vec(),
+                0i64.to_be_bytes().to_vec(),
+                max.to_be_bytes().to_vec(),
+            ]
+        };
+        assert_eq!(reply_bound(&fetch(100), 1000), 100);
+        assert_eq!(reply_bound(&fetch(1 << 30), 1000), 1000);
+        assert_eq!(reply_bound(&fetch(-1), 1000), 1000);
+        assert_eq!(reply_bound(&[b"NONSENSE".to_vec()], 1000), 0);
+    }
 }

@@ -55,7 +55,16 @@ pub(crate) struct Leader {
     /// `acks = leader`: the operator chose durability on the leader alone, so the mark
     /// follows the in-sync replicas whatever their number.
     pub(crate) acks_leader: bool,
+    /// The node's memory budget (issue #13).
+    pub(crate) memory: Arc<crate::memory::MemoryBudget>,
 }
+
+/// Most bytes of one replica fetch reply while the node is past its memory budget: replication
+/// goes on, in small steps, rather than stopping.
+pub(crate) const LEAN_FETCH_BYTES: u32 = 64 * 1024;
+/// Fetches parked (caught-up replicas waiting for new data) at most; past it a fetch is
+/// answered at once, empty, as when its wait ends.
+const MAX_PARKED: usize = 4096;
 
 /// How often the ISR of each led fragment is reviewed.
 const ISR_REVIEW: Duration = Duration::from_millis(50);
@@ -114,6 +123,10 @@ impl Leader {
                 match FetchRequest::decode(rest) {
                     Ok(req) => {
                         if let Some(reply) = self.fetch(&req, &mut progress, &mut isr) {
+                            self.send(routing_id, reply);
+                        } else if parked.len() >= MAX_PARKED {
+                            Counters::add(&self.counters.overloaded, 1);
+                            let reply = self.answer(&req, true);
                             self.send(routing_id, reply);
                         } else {
                             parked.push(Parked {
@@ -328,7 +341,11 @@ impl Leader {
             return FetchReply::BadRequest;
         };
         let high_water = log.high_water().ok().flatten().unwrap_or(0);
-        let max = req.max_bytes.min(self.max_bytes).max(1);
+        let mut max = req.max_bytes.min(self.max_bytes).max(1);
+        if !self.memory.allows(u64::from(max)) {
+            Counters::add(&self.counters.overloaded, 1);
+            max = max.min(LEAN_FETCH_BYTES);
+        }
         match log.read_for_replica(req.offset, u64::from(max)) {
             Ok(chunk) => {
                 let end = chunk.offset + chunk.bytes.len() as u64;

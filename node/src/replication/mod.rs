@@ -102,6 +102,9 @@ pub(crate) struct Context {
     pub(crate) min_insync: Option<u64>,
     /// `acks = leader`.
     pub(crate) acks_leader: bool,
+    /// The node's memory budget: replica fetch replies shrink to [`leader::LEAN_FETCH_BYTES`]
+    /// while the node is past it.
+    pub(crate) memory: std::sync::Arc<crate::memory::MemoryBudget>,
 }
 
 /// Starts the replication endpoint and the fetcher threads.
@@ -123,6 +126,7 @@ pub(crate) fn start(
         lag,
         min_insync,
         acks_leader,
+        memory,
     } = shared;
     let leader = leader::Leader {
         router,
@@ -137,6 +141,7 @@ pub(crate) fn start(
         lag,
         min_insync,
         acks_leader,
+        memory,
     };
     let follower = follower::Follower {
         ctx: ctx.clone(),

@@ -1,0 +1,103 @@
+//! The node's memory budget (issue #13, defect 5): every endpoint that builds large replies
+//! for a peer (reader FETCH and stream replies, replication fetches) first asks
+//! [`MemoryBudget::allows`], and answers with a status (or a smaller reply) instead of
+//! allocating past `node.memory_budget`.
+//!
+//! What is counted is the Rust heap as the allocator reports it (jemalloc's `stats.allocated`,
+//! the `zper` binary's global allocator): replies waiting in libzmq's queues are Rust
+//! allocations handed over without a copy, so bytes a slow or absent client has not read yet
+//! are counted until libzmq has written them out. RocksDB's own caches and libzmq's small
+//! internal buffers are outside it (RocksDB bounds its memory by its own options). In a
+//! process whose global allocator is not jemalloc (unit tests of this library) the heap reads
+//! as 0 and nothing is refused.
+//!
+//! The budget may be passed by at most the replies being built at that moment (reader
+//! workers × `max_message`), which is why the check is made with the reply's size.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::Instant;
+
+/// How often the allocator's statistics are refreshed, ms (refreshing takes a lock inside the
+/// allocator, so it is not done per request).
+const REFRESH_MS: u64 = 5;
+
+/// A process-wide ceiling on heap bytes, shared by the endpoints.
+#[derive(Debug)]
+pub struct MemoryBudget {
+    /// The ceiling, bytes (`node.memory_budget`).
+    limit: u64,
+    /// Requests answered with a status (or a smaller reply) because of the ceiling.
+    refused: AtomicU64,
+}
+
+impl MemoryBudget {
+    /// A budget of `limit` bytes.
+    pub fn new(limit: u64) -> MemoryBudget {
+        MemoryBudget {
+            limit,
+            refused: AtomicU64::new(0),
+        }
+    }
+
+    /// The ceiling, bytes.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// Whether `extra` more bytes fit under the ceiling now. A false answer is counted (see
+    /// [`MemoryBudget::refused`]).
+    pub fn allows(&self, extra: u64) -> bool {
+        let ok = heap_bytes().saturating_add(extra) <= self.limit;
+        if !ok {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+        }
+        ok
+    }
+
+    /// How many times [`MemoryBudget::allows`] said no.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+}
+
+/// Heap bytes allocated through jemalloc, at most [`REFRESH_MS`] old; 0 when jemalloc is not
+/// the process's allocator or its statistics cannot be read.
+pub fn heap_bytes() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    static REFRESHED_MS: AtomicU64 = AtomicU64::new(u64::MAX);
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = START.get_or_init(Instant::now).elapsed().as_millis() as u64;
+    let at = REFRESHED_MS.load(Ordering::Relaxed);
+    if at == u64::MAX || now.saturating_sub(at) >= REFRESH_MS {
+        REFRESHED_MS.store(now, Ordering::Relaxed);
+        if tikv_jemalloc_ctl::epoch::advance().is_ok() {
+            if let Ok(bytes) = tikv_jemalloc_ctl::stats::allocated::read() {
+                LAST.store(bytes as u64, Ordering::Relaxed);
+            }
+        }
+    }
+    LAST.load(Ordering::Relaxed)
+}
+
+/// Lets jemalloc return freed memory to the system from its own thread (so a node's resident
+/// size falls again after a burst, without waiting for more allocations). Called once by the
+/// binary; failures are ignored (the allocator may not be jemalloc).
+pub fn return_freed_memory_in_background() {
+    let _ = tikv_jemalloc_ctl::background_thread::write(true);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_budget_says_no_past_its_limit_and_counts_it() {
+        // In unit tests the heap reads as jemalloc's count (0 when it is not the allocator).
+        let b = MemoryBudget::new(1 << 20);
+        assert!(b.allows(0) || heap_bytes() > 1 << 20);
+        assert!(!b.allows(u64::MAX / 2));
+        assert!(b.refused() >= 1);
+        assert_eq!(b.limit(), 1 << 20);
+    }
+}
