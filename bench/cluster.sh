@@ -5,9 +5,14 @@
 # node come from $EXTRA_CONF. Provides: $Z (the binary), $dir (scratch, removed on exit),
 # admin N, writer N, start N, pids, wait_ready; every node is killed on exit.
 cd "$(dirname "$0")/.."
-# The first release build compiles RocksDB's C++ (15+ minutes on 2 cores).
-cargo build --release -q -p zper
-Z=${CARGO_TARGET_DIR:-target}/release/zper
+# The first release build compiles RocksDB's C++ (15+ minutes on 2 cores). ZPER_BIN=<binary>
+# runs that one instead (no build).
+if [ -n "${ZPER_BIN:-}" ]; then
+  Z=$ZPER_BIN
+else
+  cargo build --release -q -p zper
+  Z=${CARGO_TARGET_DIR:-target}/release/zper
+fi
 dir=$(mktemp -d)
 pids=(0 0 0)
 cleanup() {

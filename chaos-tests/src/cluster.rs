@@ -164,13 +164,16 @@ impl Cluster {
                     "node.lease_ms=1500".into(),
                     // Small segments: the runs seal several, so faults meet closed ones too.
                     "--set".into(),
-                    "segment_size=1048576".into(),
+                    "segment_size=65536".into(),
                 ];
                 // Root in the container: the host directory (a LazyFs or tmpfs mount among
                 // them) belongs to root.
+                let log = std::env::var("ZPER_CHAOS_RUST_LOG")
+                    .unwrap_or_else(|_| "info,openraft=error".to_owned());
                 let container = GenericImage::new(IMAGE.0, IMAGE.1)
                     .with_wait_for(WaitFor::Nothing)
                     .with_network(network.clone())
+                    .with_env_var("RUST_LOG", log)
                     .with_container_name(name.clone())
                     .with_user("0")
                     .with_mount(Mount::bind_mount(
@@ -346,6 +349,21 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         for n in &self.nodes {
             let _ = docker(&["unpause", &n.name]);
+        }
+        // A failed scenario keeps the nodes' logs (stderr) for the post-mortem.
+        if std::thread::panicking() {
+            let dir = std::env::temp_dir().join(format!("zper-chaos-logs-{}", self.network));
+            if std::fs::create_dir_all(&dir).is_ok() {
+                for n in &self.nodes {
+                    if let Ok(out) = std::process::Command::new("docker")
+                        .args(["logs", &n.name])
+                        .output()
+                    {
+                        let _ = std::fs::write(dir.join(format!("{}.log", n.name)), out.stderr);
+                    }
+                }
+                eprintln!("node logs kept in {}", dir.display());
+            }
         }
         // The containers go with their testcontainers handles; then the network.
         for n in self.nodes.drain(..) {

@@ -54,8 +54,10 @@ impl NodeDisk {
                 // Strict per-directory namespace durability (a creation or rename counts only
                 // once its directory is fsynced); the host itself never crashes, so the backing
                 // files need no fsync of their own.
-                let mut options = zper_lazyfs::Options::default();
-                options.sync_backing = false;
+                let options = zper_lazyfs::Options {
+                    sync_backing: false,
+                    ..Default::default()
+                };
                 let fs = zper_lazyfs::LazyFs::mount_with(&durable, &path, options)
                     .unwrap_or_else(|e| panic!("mount LazyFs (needs root and /dev/fuse): {e}"));
                 Backing::Lazy(fs)

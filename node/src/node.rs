@@ -337,6 +337,7 @@ impl Node {
             runtime: dhandle,
             counters: dcounters,
             put_timeout: config.dolly_put_timeout,
+            memory: memory.clone(),
         };
         threads.push(
             std::thread::Builder::new()

@@ -141,7 +141,7 @@ impl TopicLog {
     /// offset to what was written before the call. Appends may go on meanwhile: the lock is not
     /// held during the fdatasync.
     pub fn flush(&self) -> Result<FlushOutcome, StoreError> {
-        let (seg, target, messages) = {
+        let (seg, target, messages, truncations) = {
             let st = self.lock()?;
             if st.written_end == st.flushed_end {
                 return Ok(FlushOutcome {
@@ -149,11 +149,28 @@ impl TopicLog {
                     messages: 0,
                 });
             }
-            (st.active().clone(), st.written_end, st.pending)
+            (
+                st.active().clone(),
+                st.written_end,
+                st.pending,
+                st.truncations,
+            )
         };
         seg.file()
             .and_then(|f| f.sync_data())
             .map_err(|e| StoreError::io("fdatasync", &seg.path, e))?;
+        let mut st = self.lock()?;
+        if st.truncations != truncations {
+            // The log was cut during the fdatasync (a replica truncating, a damaged copy cut
+            // back): `target` may no longer exist, and this segment object may be gone or
+            // replaced, so neither the flushed offset nor its checksums move. Before this
+            // check a late flush set the flushed offset past the cut, and the fetcher then
+            // asked its leader for data after an end it no longer had, forever.
+            return Ok(FlushOutcome {
+                flushed_end: st.flushed_end,
+                messages: 0,
+            });
+        }
         // The checksums of what is now durable go to the sidecar (never before their bytes).
         {
             let mut sums = seg.sums();
@@ -163,8 +180,7 @@ impl TopicLog {
             crate::checksum::persist(&seg.sums_path(), &mut sums, upto, false)
                 .map_err(|e| StoreError::io("write checksums", seg.sums_path(), e))?;
         }
-        let mut st = self.lock()?;
-        st.flushed_end = st.flushed_end.max(target);
+        st.flushed_end = st.flushed_end.max(target).min(st.written_end);
         st.pending -= messages.min(st.pending);
         st.first_unflushed = if st.pending == 0 {
             None

@@ -184,6 +184,9 @@ pub(crate) struct Shared {
     pub(crate) counters: Arc<Counters>,
     /// `dolly.put_timeout_ms`.
     pub(crate) put_timeout: Duration,
+    /// The node's memory budget: past it every request is answered `Error` "busy" (a Get's
+    /// reply and a queued Put each hold up to a value's bytes).
+    pub(crate) memory: Arc<crate::memory::MemoryBudget>,
 }
 
 /// Idle connections are forgotten once there are more than this many.
@@ -242,6 +245,20 @@ pub(crate) fn run(router: zmq::Socket, ctx: Shared, stop: Arc<AtomicBool>) {
                 continue;
             }
         };
+        if !ctx.memory.allows(msg.body.len() as u64) {
+            // Issue #13 (found by an attack): pipelined Gets of a 1 MB value that are never
+            // read took a node with a 128 MiB budget to 3.6 GB.
+            Counters::add(&counters.overloaded, 1);
+            let reply = error(
+                &ctx.cluster,
+                &msg.key,
+                "busy: memory budget reached, retry later",
+            );
+            if !try_send(&router, with_id(routing_id.clone(), &reply)) {
+                Counters::add(&counters.replies_dropped, 1);
+            }
+            continue;
+        }
         let busy = connections
             .get(routing_id)
             .is_some_and(|c| c.pending.load(Ordering::Acquire) > 0);

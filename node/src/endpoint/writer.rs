@@ -613,10 +613,11 @@ impl Worker {
                 return;
             }
         }
-        if let Role::Leader { in_sync, .. } = role {
+        if let Role::Leader { replicas, .. } = role {
             // A damaged copy hands the lead over before anything more is appended to it
-            // (issue #13, replication/repair.rs).
-            let damaged = in_sync > 1
+            // (issue #13, replication/repair.rs); as the only in-sync replica it waits, since
+            // the other replicas may hold what it lost.
+            let damaged = replicas > 1
                 && self
                     .store
                     .topic(topic)

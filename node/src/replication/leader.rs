@@ -199,9 +199,11 @@ impl Leader {
                 return Some(FetchReply::BadRequest);
             }
         };
-        if log.damage().ok().flatten().is_some() && frag.isr.iter().any(|n| *n != frag.leader) {
+        if log.damage().ok().flatten().is_some() {
             // A damaged copy must not make anyone truncate to it (issue #13): it hands the
-            // lead over (repair.rs) and answers as a node that does not lead meanwhile.
+            // lead over (repair.rs) and answers as a node that does not lead meanwhile. Also
+            // as the only in-sync replica: the others may hold what it lost, so the fragment
+            // waits (reported in /v1/cluster/health) rather than cut them.
             return Some(FetchReply::NotLeader {
                 leader_epoch: frag.epoch,
             });

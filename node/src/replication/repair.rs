@@ -124,9 +124,11 @@ impl Repairs {
                             "damaged copy with no in-sync replica to repair from: damaged bytes are not served"
                         );
                     }
-                    if damage.cut {
-                        // Recovery already cut it: what is left is intact and this is the
-                        // best copy there is.
+                    // Only the one and only copy accepts its cut: what is left is intact and
+                    // there is nothing to repair from. A damaged copy that other replicas may
+                    // hold more of stays damaged: it neither serves them nor makes them
+                    // truncate (leader.rs, writer.rs) until an in-sync replica is back.
+                    if damage.cut && frag.replicas.len() <= 1 {
                         let _ = log.repaired();
                     }
                 }

@@ -682,6 +682,30 @@ mod tests {
     }
 
     #[test]
+    fn a_join_right_after_an_election_fences_nobody_only_the_lease_check_does() {
+        // Issue #13 (found by the chaos suite): the fragment and Raft leader restarted, won
+        // the election again and re-registered while the others' leases had lapsed in the
+        // leaderless gap; the join dropped them from the ISR, leaving the restarted leader's
+        // damaged copy the only in-sync one, and the healthy replicas truncated to it.
+        let mut m = Metadata::default();
+        for id in 1..=3 {
+            m.apply(&register(id, 0)).expect("register");
+        }
+        m.apply(&create("t", 1, 1)).expect("create");
+        let f = m.topics["t"].fragments[0].clone();
+        assert_eq!(f.isr.len(), 3);
+        // 20 s later (every lease of 10 s ended), the leader re-registers.
+        m.apply(&register(f.leader, 20_000)).expect("rejoin");
+        let g = &m.topics["t"].fragments[0];
+        assert_eq!(g.isr, f.isr, "a join takes nobody out of the ISR");
+        assert_eq!((g.leader, g.leader_epoch), (f.leader, f.leader_epoch));
+        // The supervisor's check (after its grace) is what fences the silent nodes.
+        m.apply(&Command::ExpireLeases { now_ms: 20_000 })
+            .expect("expire");
+        assert_eq!(m.topics["t"].fragments[0].isr, vec![f.leader]);
+    }
+
+    #[test]
     fn a_damaged_replica_leaves_the_isr_and_a_damaged_leader_hands_over_first() {
         let mut m = Metadata::default();
         for id in 1..=3 {
@@ -1103,10 +1127,14 @@ mod properties {
                             prop_assert_eq!(ch.leader_epoch, old.leader_epoch + 1);
                         }
                     }
-                    // A settled placement: running it again at the same time changes nothing.
-                    if let Command::ExpireLeases { now_ms } | Command::RemoveNode { now_ms, .. } | Command::RegisterNode { now_ms, .. } = c {
+                    // A settled placement: running it again at the same time changes nothing
+                    // (only the lease check fences, so a join is settled against itself).
+                    if let Command::ExpireLeases { now_ms } = c {
                         let again = m.clone().apply(&Command::ExpireLeases { now_ms: *now_ms });
                         prop_assert_eq!(again, Ok(Applied::Placement(Vec::new())));
+                    }
+                    if let Command::RegisterNode { .. } = c {
+                        prop_assert_eq!(m.clone().apply(c), Ok(Applied::Placement(Vec::new())));
                     }
                 }
                 if result.is_err() {

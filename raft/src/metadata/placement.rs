@@ -134,11 +134,14 @@ pub(crate) fn set_leader(f: &mut Fragment, to: NodeId) {
 /// Re-runs placement over every fragment of `topics`, given the `registered` nodes and the
 /// `live` ones (ascending), in four deterministic passes (topics by name, fragments by id):
 ///
-/// 1. a fragment whose leader is not live moves to the first live in-sync replica (leader
+/// 1. a fragment whose leader is fenced moves to the first live in-sync replica (leader
 ///    epoch + 1); with none it keeps its leader and stays offline (never elect a replica that
 ///    may miss acknowledged data);
-/// 2. non-live nodes leave the ISR (except an offline fragment's leader); unregistered
+/// 2. fenced nodes leave the ISR (except an offline fragment's leader); unregistered
 ///    (removed) nodes leave the replicas too;
+///
+/// where a node is fenced when it is not registered, or, only when `reason` is
+/// [`PlacementReason::LeasesExpired`] (the supervisor's check), not live;
 /// 3. a fragment with fewer replicas than its topic's replication factor gets live nodes
 ///    holding the fewest replicas (lowest id on ties), outside the ISR;
 /// 4. leaders are balanced: while a fragment's leader leads at least two more fragments than
@@ -154,6 +157,13 @@ pub fn rebalance(
     reason: PlacementReason,
 ) -> Vec<PlacementChange> {
     let is_live = |n: &NodeId| live.binary_search(n).is_ok();
+    // Only the supervisor's lease check fences a node whose lease ended (issue #13): it waits
+    // half a lease after a Raft election, during which no lease could be renewed. A join or a
+    // removal applied right after an election must not take the other nodes out of the ISRs
+    // (a restarted leader with a damaged copy was left the only in-sync replica that way, and
+    // made the healthy replicas truncate to it).
+    let fence = matches!(reason, PlacementReason::LeasesExpired);
+    let fenced = |n: &NodeId| !registered.contains(n) || (fence && !is_live(n));
     let before: BTreeMap<(String, u32), Fragment> = topics
         .iter()
         .flat_map(|(name, t)| {
@@ -165,13 +175,13 @@ pub fn rebalance(
     // 1 and 2: fail over, shrink the ISR, drop removed nodes.
     for topic in topics.values_mut() {
         for f in topic.fragments.iter_mut() {
-            if !is_live(&f.leader) {
-                if let Some(next) = f.isr.iter().copied().find(|n| is_live(n)) {
+            if fenced(&f.leader) {
+                if let Some(next) = f.isr.iter().copied().find(|n| is_live(n) && !fenced(n)) {
                     set_leader(f, next);
                 }
             }
             let leader = f.leader;
-            f.isr.retain(|n| is_live(n) || *n == leader);
+            f.isr.retain(|n| !fenced(n) || *n == leader);
             f.replicas
                 .retain(|n| registered.contains(n) || *n == leader);
         }
