@@ -295,14 +295,27 @@ impl Cluster {
         self.refresh_ip(i);
     }
 
-    /// SIGSTOP-like freeze of node `i` (`docker pause`).
+    /// Freezes node `i`: `docker pause` (the cgroup freezer), retried; when the freezer keeps
+    /// failing (seen: "OCI runtime pause failed: unable to freeze"), SIGSTOP to its process.
     pub fn pause(&self, i: usize) {
-        docker(&["pause", &self.nodes[i].name]).expect("docker pause");
+        let name = &self.nodes[i].name;
+        let mut last = String::new();
+        for _ in 0..3 {
+            match docker(&["pause", name]) {
+                Ok(_) => return,
+                Err(e) => last = e,
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        eprintln!("docker pause failed ({last}); freezing {name} with SIGSTOP instead");
+        docker(&["kill", "-s", "STOP", name]).expect("SIGSTOP");
     }
 
-    /// Thaws node `i`.
+    /// Thaws node `i` (whichever way [`Cluster::pause`] froze it).
     pub fn unpause(&self, i: usize) {
-        docker(&["unpause", &self.nodes[i].name]).expect("docker unpause");
+        let name = &self.nodes[i].name;
+        let _ = docker(&["unpause", name]);
+        let _ = docker(&["kill", "-s", "CONT", name]);
     }
 
     /// Cuts node `i` off the network (a partition: it keeps running alone).

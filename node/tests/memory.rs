@@ -9,19 +9,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-/// The child's resident set, bytes (`VmRSS` in `/proc/<pid>/status`).
-fn rss_bytes(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<u64>().ok())
-        })
-        .map_or(0, |kb| kb * 1024)
-}
-
 const MIB: u64 = 1 << 20;
 
 #[test]

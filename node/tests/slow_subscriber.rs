@@ -9,19 +9,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use zper::subscriber::{Event, Subscriber, SubscriberOptions};
 
-/// Resident set of process `pid`, bytes (`VmRSS` of /proc/<pid>/status).
-fn rss(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<u64>().ok())
-        })
-        .map_or(0, |kb| kb * 1024)
-}
-
 const MESSAGE: usize = 16 * 1024;
 const COUNT: u64 = 65_536; // 1 GiB of payload
 
@@ -54,7 +41,7 @@ fn a_stalled_subscriber_costs_bounded_memory_and_catches_up_on_1_gib() {
     let mut sub = Subscriber::subscribe(opts).expect("subscribe");
     assert_eq!(sub.fragments(), [0]);
     let pid = node.child.id();
-    let baseline = rss(pid);
+    let baseline = rss_bytes(pid);
 
     // Producers write 1 GiB while the subscriber reads nothing.
     let ctx = zmq::Context::new();
@@ -65,7 +52,7 @@ fn a_stalled_subscriber_costs_bounded_memory_and_catches_up_on_1_gib() {
     let sampler = std::thread::spawn(move || {
         let mut peak = 0;
         while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
-            peak = peak.max(rss(pid));
+            peak = peak.max(rss_bytes(pid));
             std::thread::sleep(Duration::from_millis(50));
         }
         peak
@@ -126,7 +113,7 @@ fn a_stalled_subscriber_costs_bounded_memory_and_catches_up_on_1_gib() {
         }
     }
     assert_eq!(next, COUNT, "caught up completely");
-    let after = rss(pid);
+    let after = rss_bytes(pid);
     eprintln!("node RSS after catching up: {} MiB", after >> 20);
     // Flow control did the bounding: the relay paused on the full window.
     let (_, metrics) = http("GET", &http_addr, "/metrics", None).expect("metrics");

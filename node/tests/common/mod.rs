@@ -560,3 +560,16 @@ impl Drop for CutProxy {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }
+
+/// Resident set of process `pid`, bytes (`VmRSS` of /proc/<pid>/status; 0 when unreadable).
+pub fn rss_bytes(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
