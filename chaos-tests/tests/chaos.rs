@@ -174,7 +174,7 @@ fn pause_past_the_lease_then_resume() {
 
 #[test]
 fn restart_of_all_three_at_once() {
-    scenario("restart-all", 2, |c, _, _| {
+    scenario("restart-all", 3, |c, _, _| {
         for i in 0..3 {
             c.kill(i);
         }
@@ -370,7 +370,7 @@ impl Rng {
 
 /// Issue #13: a seeded random schedule of kill -9, pause past the lease, partitions, power loss
 /// of one or all nodes and graceful restarts, one fault at a time under the mixed load, for
-/// `ZPER_CHAOS_NEMESIS_S` seconds (default 240). The seed is printed; `ZPER_CHAOS_SEED=<n>`
+/// `ZPER_CHAOS_NEMESIS_S` seconds (default 300). The seed is printed; `ZPER_CHAOS_SEED=<n>`
 /// replays a schedule.
 #[test]
 fn randomized_nemesis() {
@@ -385,7 +385,7 @@ fn randomized_nemesis() {
     let seconds: u64 = std::env::var("ZPER_CHAOS_NEMESIS_S")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(240);
+        .unwrap_or(300);
     eprintln!("randomized-nemesis: seed {seed} (replay with ZPER_CHAOS_SEED={seed})");
     let mut rng = Rng(seed);
     let until = Instant::now() + Duration::from_secs(seconds);
