@@ -15,7 +15,7 @@ run() {
 raft.election_timeout_ms = $2"
     . "$(dirname "$0")/cluster.sh"
     term() {
-      for i in 1 2 3; do curl -sf "http://$(admin "$i")/v1/raft" || echo '{}'; done \
+      for i in 1 2 3; do curl -sf "http://$(admin "$i")/v1/raft" || echo '{}'; echo; done \
         | python3 -c "import json,sys; print(max([json.loads(l).get('term',0) for l in sys.stdin if l.strip()] or [0]))"
     }
     for i in 1 2 3; do RUST_LOG=warn,openraft=warn start $i; done
