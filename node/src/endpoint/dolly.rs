@@ -206,6 +206,16 @@ fn flush(router: &zmq::Socket, rx: &crossbeam_channel::Receiver<Vec<Vec<u8>>>, c
     }
 }
 
+/// Answers a request the node has no room for with `Error` "busy: <why>, retry later" (dropped
+/// if even that cannot be delivered) and counts it as overloaded.
+fn refuse_busy(router: &zmq::Socket, ctx: &Shared, routing_id: &[u8], key: &[u8], why: &str) {
+    Counters::add(&ctx.counters.overloaded, 1);
+    let reply = error(&ctx.cluster, key, &format!("busy: {why}, retry later"));
+    if !try_send(router, with_id(routing_id.to_vec(), &reply)) {
+        Counters::add(&ctx.counters.replies_dropped, 1);
+    }
+}
+
 /// Serves the requests ROUTER until `stop`. A Get from a connection with nothing in progress
 /// is answered at once on this thread; anything else goes to the connection's task.
 pub(crate) fn run(router: zmq::Socket, ctx: Shared, stop: Arc<AtomicBool>) {
@@ -248,15 +258,7 @@ pub(crate) fn run(router: zmq::Socket, ctx: Shared, stop: Arc<AtomicBool>) {
         if !ctx.memory.allows(msg.body.len() as u64) {
             // Issue #13 (found by an attack): pipelined Gets of a 1 MB value that are never
             // read took a node with a 128 MiB budget to 3.6 GB.
-            Counters::add(&counters.overloaded, 1);
-            let reply = error(
-                &ctx.cluster,
-                &msg.key,
-                "busy: memory budget reached, retry later",
-            );
-            if !try_send(&router, with_id(routing_id.clone(), &reply)) {
-                Counters::add(&counters.replies_dropped, 1);
-            }
+            refuse_busy(&router, &ctx, routing_id, &msg.key, "memory budget reached");
             continue;
         }
         let busy = connections
@@ -284,15 +286,13 @@ pub(crate) fn run(router: zmq::Socket, ctx: Shared, stop: Arc<AtomicBool>) {
         if c.pending.load(Ordering::Acquire) >= PENDING_PER_CONNECTION
             || total.load(Ordering::Acquire) >= PENDING_TOTAL
         {
-            Counters::add(&counters.overloaded, 1);
-            let reply = error(
-                &ctx.cluster,
+            refuse_busy(
+                &router,
+                &ctx,
+                routing_id,
                 &msg.key,
-                "busy: too many requests in progress, retry later",
+                "too many requests in progress",
             );
-            if !try_send(&router, with_id(routing_id.clone(), &reply)) {
-                Counters::add(&counters.replies_dropped, 1);
-            }
             continue;
         }
         c.pending.fetch_add(1, Ordering::AcqRel);
