@@ -473,10 +473,13 @@ async fn remove_node(
 struct Health {
     healthy: bool,
     problems: Vec<String>,
+    /// Worth knowing, but not a reason for 503.
+    warnings: Vec<String>,
 }
 
-/// 200 when a Raft leader is known, every node's lease is current and every fragment is led by
-/// a live node; otherwise 503 with the list of what is wrong.
+/// 200 when a Raft leader is known, every node's lease is current, every fragment is led by
+/// a live node and none of this node's copies is damaged; otherwise 503 with the list of what
+/// is wrong. `warnings` lists what does not make the node unhealthy.
 async fn health(
     State(node): State<ClusterNode>,
     Extension(logs): Extension<Logs>,
@@ -512,5 +515,13 @@ async fn health(
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    (status, Json(Health { healthy, problems }))
+    let warnings = logs.0.as_ref().map(|l| l.warnings()).unwrap_or_default();
+    (
+        status,
+        Json(Health {
+            healthy,
+            problems,
+            warnings,
+        }),
+    )
 }

@@ -36,6 +36,13 @@ pub trait LocalLogs: Send + Sync {
     fn problems(&self) -> Vec<String> {
         Vec::new()
     }
+
+    /// What an operator should know that does not stop this node doing its job (segments
+    /// whose checksums are missing), one line each, for `/v1/cluster/health`'s `warnings`.
+    /// None by default.
+    fn warnings(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// What the node adds to the admin API beyond Raft state.

@@ -240,11 +240,36 @@ impl zper_http::LocalLogs for StoreLogs {
             .iter()
             .filter_map(|log| {
                 let d = log.damage().ok().flatten()?;
+                let ranges = log.damaged_ranges().unwrap_or_default();
+                let fenced = if ranges.is_empty() {
+                    String::new()
+                } else {
+                    let list: Vec<String> =
+                        ranges.iter().map(|(a, b)| format!("[{a}, {b})")).collect();
+                    format!(
+                        "; bytes {} are not served (readers resume at the end of a range)",
+                        list.join(", ")
+                    )
+                };
                 Some(format!(
-                    "{}: this node's copy is damaged from offset {} (checksum mismatches found: {}); it repairs from an in-sync replica",
+                    "{}: this node's copy is damaged from offset {} (checksum mismatches found: {}){fenced}; it repairs from an in-sync replica if one holds the data",
                     log.name(),
                     d.at,
                     log.corruptions().unwrap_or(0)
+                ))
+            })
+            .collect()
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        self.0
+            .topics()
+            .iter()
+            .filter_map(|log| {
+                let unchecked = log.unchecked_segments().ok()?;
+                (!unchecked.is_empty()).then(|| format!(
+                    "{}: the checksum sidecars of the segments starting at {unchecked:?} are missing: their bytes are served unchecked",
+                    log.name()
                 ))
             })
             .collect()

@@ -88,16 +88,19 @@ pub struct IntegrityCounters {
     pub copy_repaired: AtomicU64,
     /// Writes refused because the disk (or the Raft store) failed, e.g. full.
     pub disk_refused: AtomicU64,
+    /// Segments found without their checksum sidecar when a log was opened.
+    pub checksums_missing: AtomicU64,
 }
 
 impl IntegrityCounters {
     /// `(event label, counter)` pairs.
-    pub fn events(&self) -> [(&'static str, &AtomicU64); 4] {
+    pub fn events(&self) -> [(&'static str, &AtomicU64); 5] {
         [
             ("corruption_detected", &self.corruption_detected),
             ("isr_left", &self.isr_left),
             ("copy_repaired", &self.copy_repaired),
             ("disk_refused", &self.disk_refused),
+            ("checksums_missing", &self.checksums_missing),
         ]
     }
 }

@@ -233,6 +233,18 @@ pub(crate) fn rewrite(path: &Path, sums: &mut Checksums) -> std::io::Result<()> 
     Ok(())
 }
 
+/// Creates an empty sidecar at `path` (its magic is written with the first entry), before
+/// its segment is created, so a segment without a sidecar is noticed (issue #13).
+///
+/// Errors: I/O.
+pub(crate) fn create(path: &Path) -> std::io::Result<()> {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map(drop)
+}
+
 /// Reads the sidecar at `path`: its valid entries, or none when it is missing.
 pub(crate) fn load(path: &Path) -> Vec<Entry> {
     fs::read(path).map(|b| decode(&b)).unwrap_or_default()

@@ -8,12 +8,18 @@ use zper_wire::DecodeError;
 /// Bytes between indexed record starts.
 pub(crate) const STRIDE: u64 = 4096;
 
-/// Record starts (absolute offsets) at least [`STRIDE`] bytes apart, ascending.
+/// Record starts (absolute offsets) at least [`STRIDE`] bytes apart, ascending, and the
+/// ranges of the segment known to be damaged.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct SparseIndex {
     entries: Vec<u64>,
     /// Set once the whole segment was indexed (on append, or by a scan of a closed segment).
     pub(crate) built: bool,
+    /// Ranges `[start, end)` (absolute, ascending, disjoint) whose bytes failed their
+    /// checksum (issue #13): never served. Both ends are message boundaries (a checksum
+    /// covers whole appends), and every `end` is an index entry, so records past a damaged
+    /// range are found without reading through it.
+    damaged: Vec<(u64, u64)>,
 }
 
 impl SparseIndex {
@@ -22,6 +28,7 @@ impl SparseIndex {
         SparseIndex {
             entries: vec![start],
             built: true,
+            damaged: Vec::new(),
         }
     }
 
@@ -33,9 +40,51 @@ impl SparseIndex {
         }
     }
 
-    /// Drops entries past `end` (after a torn tail was cut).
+    /// Drops entries past `end` (after a torn tail was cut), and damaged ranges from there.
     pub(crate) fn truncate(&mut self, end: u64) {
         self.entries.retain(|&e| e <= end);
+        self.damaged.retain(|&(start, _)| start < end);
+    }
+
+    /// Notes that `[start, end)` failed its checksum; `end` is a record start. Overlapping
+    /// or repeated notes are merged.
+    pub(crate) fn note_damaged(&mut self, start: u64, end: u64) {
+        if start >= end {
+            return;
+        }
+        let (mut lo, mut hi) = (start, end);
+        self.damaged.retain(|&(a, b)| {
+            let overlaps = a <= hi && lo <= b;
+            if overlaps {
+                lo = lo.min(a);
+                hi = hi.max(b);
+            }
+            !overlaps
+        });
+        let i = self.damaged.partition_point(|&(a, _)| a < lo);
+        self.damaged.insert(i, (lo, hi));
+        if let Err(i) = self.entries.binary_search(&end) {
+            self.entries.insert(i, end);
+        }
+    }
+
+    /// The damaged range holding `offset`, if any.
+    pub(crate) fn damage_at(&self, offset: u64) -> Option<(u64, u64)> {
+        let i = self.damaged.partition_point(|&(a, _)| a <= offset);
+        i.checked_sub(1)
+            .map(|i| self.damaged[i])
+            .filter(|&(_, b)| offset < b)
+    }
+
+    /// Start of the first damaged range past `offset`: reads from `offset` stop there.
+    pub(crate) fn next_damage(&self, offset: u64) -> Option<u64> {
+        let i = self.damaged.partition_point(|&(a, _)| a <= offset);
+        self.damaged.get(i).map(|&(a, _)| a)
+    }
+
+    /// The damaged ranges, ascending.
+    pub(crate) fn damaged(&self) -> &[(u64, u64)] {
+        &self.damaged
     }
 
     /// Greatest indexed record start <= `offset`.
@@ -134,6 +183,29 @@ mod tests {
             let ok = walk_to(from, off, buf.len() as u64, read).expect("read");
             assert_eq!(ok, starts.contains(&off), "offset {off}");
         }
+    }
+
+    #[test]
+    fn damaged_ranges_merge_and_bound_reads() {
+        let mut idx = SparseIndex::live(0);
+        idx.note(5000);
+        idx.note_damaged(100, 200);
+        idx.note_damaged(300, 400);
+        idx.note_damaged(150, 250); // overlaps the first
+        assert_eq!(idx.damaged(), &[(100, 250), (300, 400)]);
+        assert_eq!(idx.damage_at(99), None);
+        assert_eq!(idx.damage_at(100), Some((100, 250)));
+        assert_eq!(idx.damage_at(249), Some((100, 250)));
+        assert_eq!(idx.damage_at(250), None);
+        assert_eq!(idx.next_damage(0), Some(100));
+        assert_eq!(idx.next_damage(250), Some(300));
+        assert_eq!(idx.next_damage(400), None);
+        // Past a damaged range the floor is its end, never a record before it.
+        assert_eq!(idx.floor(260), Some(250));
+        assert_eq!(idx.floor(450), Some(400));
+        assert_eq!(idx.floor(6000), Some(5000));
+        idx.truncate(300);
+        assert_eq!(idx.damaged(), &[(100, 250)]);
     }
 
     #[test]

@@ -11,9 +11,6 @@ use crate::index::walk_to;
 use crate::segment::{ReadFailure, Segment};
 use crate::{StoreError, TopicLog};
 
-/// Bytes read at a time when indexing a segment found on disk.
-const INDEX_CHUNK: u64 = 4 << 20;
-
 /// Bytes of one FETCH: a raw range of one segment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fetched {
@@ -69,9 +66,31 @@ impl TopicLog {
                 .map_or(st.written_end, |next| next.start);
             (st.segments[i].clone(), seg_end.min(st.visible_end()))
         };
-        if off > visible_end || (off < visible_end && !self.is_boundary(&seg, off, visible_end)?) {
+        if off > visible_end {
             return Err(self.invalid(offset));
         }
+        let boundary = off == visible_end || self.is_boundary(&seg, off, visible_end)?;
+        // Damaged ranges (issue #13) are never served: a read starting in one fails, a read
+        // before one stops at its start; the records after one are served.
+        let (hit, next) = {
+            let index = seg
+                .index
+                .lock()
+                .map_err(|_| StoreError::Poisoned(self.name.clone()))?;
+            (index.damage_at(off), index.next_damage(off))
+        };
+        if let Some((start, end)) = hit {
+            return Err(StoreError::Corrupt {
+                topic: self.name.clone(),
+                path: seg.path.clone(),
+                start,
+                end,
+            });
+        }
+        if !boundary {
+            return Err(self.invalid(offset));
+        }
+        let visible_end = next.map_or(visible_end, |d| d.min(visible_end));
         Ok(Located { seg, visible_end })
     }
 
@@ -84,32 +103,49 @@ impl TopicLog {
         if off == seg.start {
             return Ok(true);
         }
-        let from = {
+        let (from, found) = {
             let mut index = seg
                 .index
                 .lock()
                 .map_err(|_| StoreError::Poisoned(self.name.clone()))?;
+            let mut found = Vec::new();
             if !index.built {
-                // A segment found on disk: index it once, in bounded chunks.
-                let mut pos = seg.start;
-                let mut chunk = INDEX_CHUNK;
-                while pos < end {
-                    let n = (end - pos).min(chunk);
-                    let mut buf = vec![0u8; n as usize];
-                    read_exact_at(seg, &mut buf, pos)?;
-                    let used = index.note_records(pos, &buf) as u64;
-                    if used == 0 {
-                        if n == end - pos {
-                            break; // an invalid or incomplete record: nothing past it is a boundary
-                        }
-                        chunk = chunk.saturating_mul(2); // one record larger than the chunk
-                    }
-                    pos += used;
+                // A segment found on disk: index it once, checking its checksums as it goes,
+                // so a damaged range is fenced and the records after it are still found.
+                let file = self.open_for_read(seg, seg.start)?;
+                let len = end - seg.start;
+                let entries: Vec<_> = seg
+                    .sums()
+                    .entries
+                    .iter()
+                    .take_while(|e| e.end <= len)
+                    .copied()
+                    .collect();
+                let scanned = crate::scan::scan(&file, seg.start, &entries, len, true)
+                    .map_err(|e| StoreError::io("read", &seg.path, e))?;
+                // Ranges a read already found were counted then.
+                found.extend(
+                    scanned
+                        .index
+                        .damaged()
+                        .iter()
+                        .filter(|(a, _)| index.damage_at(*a).is_none())
+                        .map(|(a, _)| *a),
+                );
+                let mut built = scanned.index;
+                for &(a, b) in index.damaged() {
+                    built.note_damaged(a, b);
                 }
-                index.built = true;
+                built.built = true;
+                *index = built;
             }
-            index.floor(off).unwrap_or(seg.start)
+            (index.floor(off).unwrap_or(seg.start), found)
         };
+        // Noted after the index lock is released (the topic lock is taken before an index's).
+        for at in found {
+            tracing::error!(topic = %self.name, path = %seg.path.display(), at, "checksum mismatch found while indexing a segment: the damaged range will not be served");
+            self.note_corruption(at);
+        }
         let file = self.open_for_read(seg, off)?;
         walk_to(from, off, end, |pos, buf| {
             file.read_at(buf, pos - seg.start)
@@ -136,7 +172,8 @@ impl TopicLog {
         let off = offset as u64; // locate checked it is >= 0
         let n = max_bytes.min(cap).min(loc.visible_end - off);
         let mut bytes = vec![0u8; n as usize];
-        self.read_stored(&loc.seg, &mut bytes, off)?;
+        let got = self.read_stored(&loc.seg, &mut bytes, off)?;
+        bytes.truncate(got);
         Ok(Fetched {
             offset: off,
             bytes,
@@ -150,11 +187,15 @@ impl TopicLog {
     pub fn stream(&self, offset: i64, cap: u64) -> Result<(Vec<Vec<u8>>, u64), StoreError> {
         let loc = self.locate(offset)?;
         let off = offset as u64;
-        let available = loc.visible_end - off;
+        let mut available = loc.visible_end - off;
         let mut want = available.min(cap);
         loop {
             let mut bytes = vec![0u8; want as usize];
-            self.read_stored(&loc.seg, &mut bytes, off)?;
+            let got = self.read_stored(&loc.seg, &mut bytes, off)?;
+            if got < bytes.len() {
+                bytes.truncate(got);
+                (want, available) = (got as u64, got as u64);
+            }
             let mut it = Records::new(&bytes);
             let mut payloads = Vec::new();
             let mut pending = Vec::new();
@@ -191,14 +232,18 @@ impl TopicLog {
         }
         let signed = i64::try_from(offset).map_err(|_| self.invalid(i64::MAX))?;
         let loc = self.locate(signed)?;
-        let available = loc.visible_end.saturating_sub(offset);
+        let mut available = loc.visible_end.saturating_sub(offset);
         if available == 0 {
             return Ok((Vec::new(), offset));
         }
         let mut want = available.min(cap.max(1));
         loop {
             let mut bytes = vec![0u8; want as usize];
-            self.read_stored(&loc.seg, &mut bytes, offset)?;
+            let got = self.read_stored(&loc.seg, &mut bytes, offset)?;
+            if got < bytes.len() {
+                bytes.truncate(got);
+                (want, available) = (got as u64, got as u64);
+            }
             let mut out = Vec::new();
             let mut frames = Vec::new();
             let (mut pos, mut start) = (0usize, 0usize);
@@ -244,14 +289,18 @@ impl TopicLog {
         }
         let signed = i64::try_from(offset).map_err(|_| self.invalid(i64::MAX))?;
         let loc = self.locate(signed)?;
-        let available = loc.visible_end.saturating_sub(offset);
+        let mut available = loc.visible_end.saturating_sub(offset);
         if available == 0 {
             return Ok(none);
         }
         let mut want = available.min(cap.max(1));
         loop {
             let mut bytes = vec![0u8; want as usize];
-            self.read_stored(&loc.seg, &mut bytes, offset)?;
+            let got = self.read_stored(&loc.seg, &mut bytes, offset)?;
+            if got < bytes.len() {
+                bytes.truncate(got);
+                (want, available) = (got as u64, got as u64);
+            }
             let mut starts = Vec::new();
             let (mut pos, mut start, mut in_message) = (0usize, 0usize, false);
             for rec in Records::new(&bytes) {
@@ -342,11 +391,22 @@ impl TopicLog {
     /// served; the damage is noted on the log.
     ///
     /// Errors: `Corrupt`; I/O.
-    fn read_stored(&self, seg: &Segment, buf: &mut [u8], offset: u64) -> Result<(), StoreError> {
-        if seg.is_closed() {
-            self.read_checked(seg, buf, offset)
-        } else {
-            read_exact_at(seg, buf, offset)
+    /// Returns how many bytes of `buf` were filled: fewer than asked when a damaged range
+    /// starts inside it (the read stops there; `locate` already stops reads at ranges known
+    /// before).
+    fn read_stored(&self, seg: &Segment, buf: &mut [u8], offset: u64) -> Result<usize, StoreError> {
+        if !seg.is_closed() {
+            read_exact_at(seg, buf, offset)?;
+            return Ok(buf.len());
+        }
+        match self.read_checked(seg, buf, offset) {
+            Ok(()) => Ok(buf.len()),
+            Err(StoreError::Corrupt { start, .. }) if start > offset => {
+                let n = usize::try_from(start - offset).map_or(buf.len(), |n| n.min(buf.len()));
+                self.read_checked(seg, &mut buf[..n], offset)?;
+                Ok(n)
+            }
+            Err(e) => Err(e),
         }
     }
 
@@ -373,6 +433,9 @@ impl TopicLog {
                     "checksum mismatch: stored bytes are damaged and will not be served"
                 );
                 self.note_corruption(start);
+                if let Ok(mut index) = seg.index.lock() {
+                    index.note_damaged(start, end);
+                }
                 Err(StoreError::Corrupt {
                     topic: self.name.clone(),
                     path: seg.path.clone(),

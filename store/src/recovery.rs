@@ -9,16 +9,14 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use tracing::{error, info, warn};
-use zper_wire::Records;
 
 use crate::checksum::{self, Checksums};
 use crate::index::SparseIndex;
+use crate::scan::{scan, Scan, SCAN_CHUNK};
 use crate::segment::{file_name, parse_file_name, Segment};
 use crate::topic::TopicState;
 use crate::writing::sync_dir;
 use crate::{StoreError, TopicLog};
-
-const SCAN_CHUNK: usize = 4 << 20;
 
 impl TopicLog {
     /// Opens (creating if needed) the topic directory `dir`, opens every segment and recovers the
@@ -47,19 +45,40 @@ impl TopicLog {
         starts.sort_unstable();
         if starts.is_empty() {
             starts.push(0);
+            // Its checksum sidecar exists before the segment does (as at rotation), so a
+            // segment without one is ZPER's own data or a sidecar that went missing.
+            checksum::create(&dir.join(checksum::file_name(0)))
+                .map_err(|e| StoreError::io("create checksums", dir, e))?;
         }
+        let checked_from = checksums_from(dir, &starts)?;
         let last = starts.len() - 1;
         let mut segments = Vec::with_capacity(starts.len());
         let mut written_end = 0;
         let mut damaged_at = None;
+        let mut mismatches = 0;
+        let mut unchecked = Vec::new();
         for (i, start) in starts.into_iter().enumerate() {
             let path = dir.join(file_name(start));
+            let empty = || fs::metadata(&path).is_ok_and(|m| m.len() == 0);
+            if checked_from.is_some_and(|f| start >= f)
+                && !checksum::path_for(&path).exists()
+                && !(i == last && empty())
+            {
+                // Issue #13: checks must not silently stop because a sidecar is gone.
+                error!(
+                    topic = name,
+                    path = %path.display(),
+                    "checksum sidecar missing: this segment's bytes cannot be checked"
+                );
+                unchecked.push(start);
+            }
             if i == last {
                 let file = Segment::open_for_append(&path)
                     .map_err(|e| StoreError::io("open segment", &path, e))?;
                 let rec = recover_tail(name, &path, &file, start, allow_empty)?;
                 written_end = start + rec.len;
-                damaged_at = rec.damaged_at.map(|d| start + d);
+                damaged_at = rec.damaged_at.map(|(d, cut)| (start + d, cut));
+                mismatches = rec.mismatches + u64::from(rec.damaged_at.is_some_and(|d| d.1));
                 segments.push(Arc::new(Segment::active(
                     start, &path, file, rec.index, rec.sums,
                 )));
@@ -86,7 +105,7 @@ impl TopicLog {
         // others truncate until it has fetched them again.
         let lost_acknowledged = recorded.is_some_and(|h| h > written_end);
         let damage = match (damaged_at, lost_acknowledged) {
-            (Some(at), _) => Some(crate::topic::Damage { at, cut: true }),
+            (Some((at, cut)), _) => Some(crate::topic::Damage { at, cut }),
             (None, true) => Some(crate::topic::Damage {
                 at: written_end,
                 cut: true,
@@ -112,10 +131,46 @@ impl TopicLog {
                 truncations: 0,
                 hw_recorded: None,
                 damage,
-                corruptions: u64::from(damaged_at.is_some()),
+                corruptions: mismatches,
+                unchecked,
             }),
         })
     }
+}
+
+/// File in a topic directory naming (in decimal) the first segment start from which every
+/// segment has a checksum sidecar (older ones are ZPER's own data). Written the first time
+/// zper opens the directory, so deleting every sidecar is noticed too.
+pub const CHECKSUMS_FROM_FILE: &str = "checksums-from";
+
+/// The offset from which every segment of the topic in `dir` must have a sidecar: the
+/// recorded one, or (first opening) the start of the oldest segment that has one (`None`
+/// when none has: ZPER's own data). The first opening records it, or the newest segment's
+/// start (which recovery gives a sidecar), durably.
+///
+/// Errors: I/O recording it.
+fn checksums_from(dir: &Path, starts: &[u64]) -> Result<Option<u64>, StoreError> {
+    let path = dir.join(CHECKSUMS_FROM_FILE);
+    if let Some(from) = fs::read_to_string(&path)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+    {
+        return Ok(Some(from));
+    }
+    let first = starts
+        .iter()
+        .copied()
+        .find(|s| dir.join(checksum::file_name(*s)).exists());
+    let from = first.or(starts.last().copied()).unwrap_or(0);
+    let tmp = dir.join(format!("{CHECKSUMS_FROM_FILE}.tmp"));
+    let io = |e| StoreError::io("record checksums-from", &path, e);
+    {
+        let mut f = fs::File::create(&tmp).map_err(io)?;
+        std::io::Write::write_all(&mut f, format!("{from}\n").as_bytes()).map_err(io)?;
+        f.sync_all().map_err(io)?;
+    }
+    fs::rename(&tmp, &path).map_err(io)?;
+    Ok(first)
 }
 
 /// What recovering the newest segment found.
@@ -124,15 +179,20 @@ pub(crate) struct Recovered {
     /// Length kept, bytes.
     pub(crate) len: u64,
     pub(crate) sums: Checksums,
-    /// Relative offset where checksummed (durable) bytes stopped matching, if they did.
-    pub(crate) damaged_at: Option<u64>,
+    /// Where checksummed (durable) bytes stopped being trustworthy, relative, if they did,
+    /// and whether the log was cut there (the bytes were missing) or only fenced.
+    pub(crate) damaged_at: Option<(u64, bool)>,
+    /// Damaged ranges found (each counted as one checksum mismatch).
+    pub(crate) mismatches: u64,
 }
 
 /// Recovers the newest segment (spec §6.4, fixed; issue #13):
 ///
-/// 1. the bytes its checksum sidecar covers were durable when summed: they are checked, and
-///    the first range that does not match (or is missing from the file) is damage — the log
-///    is cut there and the caller marks the copy damaged;
+/// 1. the bytes its checksum sidecar covers were durable when summed: they are checked. A
+///    range that does not match is damage: it is fenced (never served; `scan.rs`) and the
+///    messages after it are kept, so one flipped byte costs one append, not the rest of the
+///    segment. Bytes a checksum names but the file lacks are cut from there. Either way the
+///    caller marks the copy damaged;
 /// 2. past them, whole messages are kept as ZPER keeps them, except a run of zero bytes at
 ///    the very end (a crash after the file was extended reads back as thousands of empty
 ///    messages): no checksum vouches for it, so it is cut;
@@ -155,85 +215,51 @@ fn recover_tail(
     sums.entries = checksum::load(&sums_path);
     sums.stored = sums.entries.len();
     let loaded = sums.entries.clone();
-    // 1. Check what the sidecar covers.
-    let mut damaged_at = None;
-    let mut i = 0;
-    'check: while i < sums.entries.len() {
-        // Read runs of appends in chunks of about SCAN_CHUNK bytes.
-        let from = sums.start_of(i);
-        let mut j = i;
-        while j + 1 < sums.entries.len() && sums.entries[j + 1].end - from <= SCAN_CHUNK as u64 {
-            j += 1;
+    let scanned =
+        scan(file, start, &sums.entries, file_len, allow_empty).map_err(|e| io("read", e))?;
+    for &(a, b) in scanned.index.damaged() {
+        error!(
+            topic,
+            path = %path.display(),
+            from = a,
+            to = b,
+            "checksum mismatch in durable bytes: this range is damaged and will not be served"
+        );
+    }
+    let mismatches = scanned.index.damaged().len() as u64;
+    let mut damaged_at = scanned
+        .index
+        .damaged()
+        .first()
+        .map(|&(a, _)| (a - start, false));
+    if let Some(k) = scanned.missing {
+        let from = sums.start_of(k);
+        error!(
+            topic,
+            path = %path.display(),
+            from = start + from,
+            to = start + sums.covered(),
+            "durable bytes are missing from the segment: this copy is damaged from here"
+        );
+        sums.entries.truncate(k);
+        sums.stored = sums.stored.min(k);
+        if damaged_at.is_none() {
+            damaged_at = Some((from, true));
         }
-        let to = sums.entries[j].end;
-        let mut buf = vec![0u8; (to.min(file_len).saturating_sub(from)) as usize];
-        file.read_exact_at(&mut buf, from)
-            .map_err(|e| io("read", e))?;
-        for k in i..=j {
-            let (a, b) = (sums.start_of(k), sums.entries[k].end);
-            let bytes = buf.get((a - from) as usize..(b - from) as usize);
-            if bytes.is_none_or(|bytes| checksum::crc(bytes) != sums.entries[k].crc) {
-                error!(
-                    topic,
-                    path = %path.display(),
-                    from = start + a,
-                    to = start + b,
-                    "checksum mismatch in durable bytes: this copy is damaged from here"
-                );
-                damaged_at = Some(a);
-                sums.entries.truncate(k);
-                sums.stored = sums.stored.min(k);
-                break 'check;
-            }
-        }
-        i = j + 1;
     }
     let covered = sums.covered();
-    // 2-3. Parse records (indexing them) up to the damage, or the file end.
-    let scan_end = damaged_at.unwrap_or(file_len);
-    let mut index = SparseIndex::live(start);
-    let mut pos = 0u64; // relative, at a record boundary
-    let mut message_end = 0u64;
-    // Record boundaries at or past the covered end, for cutting a zero-filled tail.
-    let mut tail_ends: Vec<u64> = Vec::new();
-    let mut chunk = SCAN_CHUNK;
-    while pos < scan_end {
-        let n = (scan_end - pos).min(chunk as u64) as usize;
-        let mut buf = vec![0u8; n];
-        file.read_exact_at(&mut buf, pos)
-            .map_err(|e| io("read", e))?;
-        let mut it = Records::with_empty(&buf, allow_empty);
-        let mut at = pos;
-        for rec in it.by_ref() {
-            at += rec.stored_len() as u64;
-            if !rec.more && at > covered {
-                tail_ends.push(at);
-            }
-        }
-        index.note_records(start + pos, &buf[..it.valid_bytes()]);
-        if it.message_bytes() > 0 {
-            message_end = pos + it.message_bytes() as u64;
-        }
-        let advanced = it.valid_bytes() as u64;
-        match it.stop() {
-            None => pos += advanced,
-            Some(e) if e.is_incomplete() && pos + n as u64 != scan_end => {
-                // The chunk cut a record: read again from the last whole record.
-                if advanced == 0 {
-                    chunk = chunk.saturating_mul(2);
-                }
-                tail_ends.retain(|e| *e <= pos + advanced);
-                pos += advanced;
-            }
-            Some(_) => break,
-        }
-    }
-    let mut keep = if damaged_at.is_some() {
+    let Scan {
+        mut index,
+        missing,
+        message_end,
+        tail_ends,
+    } = scanned;
+    let mut keep = if missing.is_some() {
         message_end
     } else {
         message_end.max(covered)
     };
-    if !legacy && damaged_at.is_none() && keep > covered {
+    if !legacy && missing.is_none() && keep > covered {
         keep = zero_tail_start(file, covered, keep, &tail_ends).map_err(|e| io("read", e))?;
     }
     if keep < file_len {
@@ -284,6 +310,7 @@ fn recover_tail(
         len: keep,
         sums,
         damaged_at,
+        mismatches,
     })
 }
 

@@ -43,6 +43,9 @@ pub(crate) struct TopicState {
     pub(crate) damage: Option<Damage>,
     /// Checksum mismatches found since the log was opened.
     pub(crate) corruptions: u64,
+    /// Starts of segments whose checksum sidecar was missing when the log was opened
+    /// (issue #13): their bytes are served unchecked.
+    pub(crate) unchecked: Vec<u64>,
 }
 
 /// Where a copy of a log is damaged (issue #13): from `at` (an absolute offset, a message
@@ -114,6 +117,28 @@ impl TopicLog {
     /// Checksum mismatches found since the log was opened (at recovery and on reads).
     pub fn corruptions(&self) -> Result<u64, StoreError> {
         Ok(self.lock()?.corruptions)
+    }
+
+    /// Starts of the segments whose checksum sidecar was missing when the log was opened
+    /// (their bytes cannot be checked; a recovered newest segment has one again).
+    pub fn unchecked_segments(&self) -> Result<Vec<u64>, StoreError> {
+        Ok(self.lock()?.unchecked.clone())
+    }
+
+    /// The damaged ranges `[start, end)` (absolute offsets) known so far, ascending: never
+    /// served; readers resume at `end`. Closed segments not read since the log was opened
+    /// are not scanned for this.
+    pub fn damaged_ranges(&self) -> Result<Vec<(u64, u64)>, StoreError> {
+        let segments = self.lock()?.segments.clone();
+        let mut out = Vec::new();
+        for seg in segments {
+            let index = seg
+                .index
+                .lock()
+                .map_err(|_| StoreError::Poisoned(self.name.clone()))?;
+            out.extend_from_slice(index.damaged());
+        }
+        Ok(out)
     }
 
     /// Repairs a damaged copy so it can fetch the rest again: cuts the log back to where the

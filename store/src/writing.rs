@@ -119,6 +119,9 @@ impl TopicLog {
         }
         let start = st.written_end;
         let path = self.dir.join(file_name(start));
+        // The sidecar first: a segment without one is noticed at recovery (issue #13).
+        crate::checksum::create(&crate::checksum::path_for(&path))
+            .map_err(|e| StoreError::io("create checksums", &path, e))?;
         let file = Segment::open_for_append(&path)
             .map_err(|e| StoreError::io("create segment", &path, e))?;
         sync_dir(&self.dir)?;

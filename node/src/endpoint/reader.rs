@@ -400,6 +400,12 @@ pub(crate) fn handle(
     };
     result.unwrap_or_else(|e| match e {
         StoreError::InvalidOffset { .. } => ReaderReply::Status(Status::InvalidOffset),
+        StoreError::Corrupt { start, end, .. } => {
+            // Logged and counted when found; `/v1/cluster/health` names the range. Not logged
+            // per request: a consumer retrying would flood the log (issue #13).
+            debug!(start, end, "read of a damaged range refused");
+            ReaderReply::Status(Status::InternalError)
+        }
         e => {
             error!(error = %e, "reader store error");
             ReaderReply::Status(Status::InternalError)

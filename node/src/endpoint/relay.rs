@@ -625,6 +625,16 @@ impl Relay {
                 let _ = self.send(routing_id, RelayReply::Error(reason));
                 return Pumped::Drop;
             }
+            Err(StoreError::Corrupt { start, end, .. }) => {
+                // Issue #13: damaged bytes are never served; say where intact data resumes
+                // rather than retrying (and logging) every pass.
+                let reason = format!(
+                    "offset {} is in a damaged range [{start}, {end}) of this copy: resume at {end}",
+                    s.next
+                );
+                let _ = self.send(routing_id, RelayReply::Error(reason));
+                return Pumped::Drop;
+            }
             Err(e) => {
                 warn!(error = %e, "relay read failed");
                 return Pumped::Idle;

@@ -57,6 +57,8 @@ pub(crate) struct Repairs {
     proposed: HashMap<String, Instant>,
     reported: HashMap<String, u64>,
     corruptions: HashMap<String, u64>,
+    /// Logs whose missing checksum sidecars (found when opened) were counted.
+    unchecked_counted: std::collections::HashSet<String>,
 }
 
 impl Repairs {
@@ -79,6 +81,11 @@ impl Repairs {
             let before = self.corruptions.insert(key.clone(), seen).unwrap_or(0);
             if seen > before {
                 Counters::add(&counters.integrity.corruption_detected, seen - before);
+            }
+            if !self.unchecked_counted.contains(&key) {
+                self.unchecked_counted.insert(key.clone());
+                let missing = log.unchecked_segments().map_or(0, |u| u.len() as u64);
+                Counters::add(&counters.integrity.checksums_missing, missing);
             }
             let Ok(Some(damage)) = log.damage() else {
                 continue;
