@@ -268,7 +268,7 @@ impl zper_http::LocalLogs for StoreLogs {
             .filter_map(|log| {
                 let unchecked = log.unchecked_segments().ok()?;
                 (!unchecked.is_empty()).then(|| format!(
-                    "{}: the checksum sidecars of the segments starting at {unchecked:?} are missing: their bytes are served unchecked",
+                    "{}: the checksum sidecars of the segments starting at {unchecked:?} are missing or damaged: their bytes are served unchecked",
                     log.name()
                 ))
             })

@@ -6,6 +6,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use common::*;
 use serde_json::{json, Value};
@@ -995,6 +996,76 @@ fn the_only_copy_fences_a_flipped_byte_and_serves_every_message_after_it() {
         || c.produce_acked(node, "lone", 1000..1001) == [1000]
     ));
     assert_eq!(range(), Some((from, to)), "still reported");
+}
+
+/// Issue #13 (second attack, F2): a damaged leader that is the only in-sync replica answered
+/// every fetch "not leader", so the other replica, which holds the damaged message intact,
+/// never got in sync: writes were refused forever (and its fetcher logged 44 warnings a
+/// second). A replica already past the fenced range is now served the rest; it joins the ISR,
+/// the lead moves to it, the damaged copy repairs from it, and nothing acknowledged is lost.
+#[test]
+fn a_damaged_only_in_sync_leader_lets_the_other_replica_catch_up_and_take_over() {
+    let mut c = Cluster::start();
+    let leader = c.create("solo", 2);
+    let frag = c.fragment(leader, "solo");
+    let follower = frag["replicas"]
+        .as_array()
+        .expect("replicas")
+        .iter()
+        .filter_map(Value::as_u64)
+        .find(|n| *n != leader)
+        .expect("a follower");
+    let mut acked = c.produce_acked(leader, "solo", 0..300);
+    assert_eq!(acked.len(), 300);
+    assert!(eventually(
+        || c.segments(follower, "solo") == c.segments(leader, "solo")
+    ));
+    assert!(c.node(follower).terminate().success());
+    assert!(
+        eventually_within(Duration::from_secs(30), || c.fragment(leader, "solo")
+            ["isr"]
+            == json!([leader])),
+        "the leader alone in sync: {}",
+        c.fragment(leader, "solo")
+    );
+    acked.extend(c.produce_acked(leader, "solo", 300..320));
+    assert!(acked.len() > 300, "acknowledged by the leader alone");
+    assert!(c.node(leader).terminate().success());
+    // The flags byte of message 296, which the follower also holds.
+    let files = c.segments(leader, "solo");
+    let ends = message_ends(&concat(&files));
+    let (name, bytes) = files.iter().next_back().expect("a segment");
+    let seg_start: u64 = name[..20].parse().expect("segment name");
+    let at = ends[&295] - seg_start;
+    let mut damaged = bytes.clone();
+    damaged[at as usize] ^= 0x04;
+    std::fs::write(
+        c.data[leader as usize - 1].join("solo").join(name),
+        &damaged,
+    )
+    .expect("flip a byte");
+    c.node(leader).restart();
+    c.node(follower).restart();
+
+    // The follower catches up past the fenced range, the lead moves to it, writes resume.
+    assert!(
+        eventually_within(Duration::from_secs(60), || {
+            c.fragment(follower, "solo")["leader"] == json!(follower)
+                && c.produce_acked(follower, "solo", 1000..1001) == [1000]
+        }),
+        "the healthy copy leads and takes writes: {}",
+        c.fragment(follower, "solo")
+    );
+    acked.push(1000);
+    assert!(
+        eventually_within(Duration::from_secs(60), || c.segments(leader, "solo")
+            == c.segments(follower, "solo")),
+        "the damaged copy repaired from the other"
+    );
+    let stored = ids_in(&concat(&c.segments(follower, "solo")));
+    for id in &acked {
+        assert!(stored.contains(id), "acknowledged {id} lost");
+    }
 }
 
 #[test]

@@ -79,6 +79,9 @@ impl TopicLog {
                 written_end = start + rec.len;
                 damaged_at = rec.damaged_at.map(|(d, cut)| (start + d, cut));
                 mismatches = rec.mismatches + u64::from(rec.damaged_at.is_some_and(|d| d.1));
+                if rec.damaged_sidecar && !unchecked.contains(&start) {
+                    unchecked.push(start);
+                }
                 segments.push(Arc::new(Segment::active(
                     start, &path, file, rec.index, rec.sums,
                 )));
@@ -184,6 +187,8 @@ pub(crate) struct Recovered {
     pub(crate) damaged_at: Option<(u64, bool)>,
     /// Damaged ranges found (each counted as one checksum mismatch).
     pub(crate) mismatches: u64,
+    /// The sidecar was damaged (what it no longer covered was summed again as found).
+    pub(crate) damaged_sidecar: bool,
 }
 
 /// Recovers the newest segment (spec §6.4, fixed; issue #13):
@@ -212,7 +217,16 @@ fn recover_tail(
     let sums_path = checksum::path_for(path);
     let legacy = !sums_path.exists();
     let mut sums = Checksums::fresh();
-    sums.entries = checksum::load(&sums_path);
+    let (entries, damaged_sidecar) = checksum::load_checked(&sums_path);
+    if damaged_sidecar {
+        error!(
+            topic,
+            path = %sums_path.display(),
+            valid_entries = entries.len(),
+            "checksum sidecar damaged: the bytes past its valid entries cannot be checked"
+        );
+    }
+    sums.entries = entries;
     sums.stored = sums.entries.len();
     let loaded = sums.entries.clone();
     let scanned =
@@ -254,11 +268,9 @@ fn recover_tail(
         message_end,
         tail_ends,
     } = scanned;
-    let mut keep = if missing.is_some() {
-        message_end
-    } else {
-        message_end.max(covered)
-    };
+    // Bytes a checksum names but the file lacks are cut from that entry on; fenced ranges
+    // before it stay (fenced, not cut: they may be intact and the sidecar wrong).
+    let mut keep = message_end.max(covered);
     if !legacy && missing.is_none() && keep > covered {
         keep = zero_tail_start(file, covered, keep, &tail_ends).map_err(|e| io("read", e))?;
     }
@@ -311,6 +323,7 @@ fn recover_tail(
         sums,
         damaged_at,
         mismatches,
+        damaged_sidecar,
     })
 }
 

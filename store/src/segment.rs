@@ -92,7 +92,15 @@ impl Segment {
             Err(poisoned) => poisoned.into_inner(),
         };
         if !g.loaded {
-            g.entries = checksum::load(&self.sums_path());
+            let (entries, damaged) = checksum::load_checked(&self.sums_path());
+            if damaged {
+                tracing::error!(
+                    path = %self.sums_path().display(),
+                    valid_entries = entries.len(),
+                    "checksum sidecar damaged: the segment's bytes past its valid entries cannot be checked"
+                );
+            }
+            g.entries = entries;
             g.stored = g.entries.len();
             g.loaded = true;
         }

@@ -92,8 +92,7 @@ impl TopicLog {
             .lock()
             .map_err(|_| StoreError::Poisoned(self.name.clone()))?
             .note_records(at, chunk);
-        seg.sums()
-            .appended(at + chunk.len() as u64 - seg.start, chunk);
+        seg.sums().appended_pieces(at - seg.start, chunk);
         st.written_end += chunk.len() as u64;
         if st.pending == 0 {
             st.first_unflushed = Some(Instant::now());

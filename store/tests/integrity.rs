@@ -313,3 +313,46 @@ fn a_data_directory_without_sidecars_opens_as_zper_left_it() {
     assert!(topic.join("00000000000000000000.crc").exists());
     assert_eq!(t.damage().expect("damage"), None);
 }
+
+/// Issue #13, attack F3 and F4: a damaged sidecar was rewritten from the data silently, and a
+/// sidecar copied from another segment made recovery cut the only copy's intact messages (6
+/// of 6). A damaged sidecar is now reported; a wrong one fences, it never cuts.
+#[test]
+fn a_damaged_or_foreign_sidecar_is_reported_and_cuts_nothing() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let m = message(5, &[b'q'; 60]);
+    let len = m.len() as u64;
+    {
+        let store = Store::open(config(dir.path(), 1 << 20)).expect("open");
+        for (topic, n) in [("t", 20), ("u", 40)] {
+            let t = store.topic_or_create(topic).expect("t");
+            for _ in 0..n {
+                t.append(&message(n, &[b'r'; 61])).expect("append");
+                t.flush().expect("flush");
+            }
+        }
+        let t = store.topic_or_create("t").expect("t");
+        assert_eq!(t.written_end().expect("end"), 20 * (len + 1));
+    }
+    let sidecar = |topic: &str| {
+        dir.path()
+            .join(topic)
+            .join(zper_store::checksum::file_name(0))
+    };
+    let mut bytes = fs::read(sidecar("t")).expect("read");
+    bytes[8 + 16 * 5 + 2] ^= 0x40; // inside entry 6 of 20
+    fs::write(sidecar("t"), &bytes).expect("write");
+    {
+        let store = Store::open(config(dir.path(), 1 << 20)).expect("reopen");
+        let t = store.topic_or_create("t").expect("t");
+        assert_eq!(t.unchecked_segments().expect("unchecked"), vec![0]);
+        assert_eq!(t.written_end().expect("end"), 20 * (len + 1), "nothing cut");
+    }
+    // Another topic's (longer, valid) sidecar over this one's.
+    fs::copy(sidecar("u"), sidecar("t")).expect("copy");
+    let store = Store::open(config(dir.path(), 1 << 20)).expect("reopen");
+    let t = store.topic_or_create("t").expect("t");
+    assert_eq!(t.written_end().expect("end"), 20 * (len + 1), "nothing cut");
+    let damage = t.damage().expect("damage").expect("reported as damage");
+    assert!(!damage.cut);
+}

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 use zper_raft::NodeId;
 use zper_store::{Store, TopicLog};
 use zper_wire::replication::{FetchReply, FetchRequest};
@@ -141,6 +141,13 @@ impl Follower {
         if log.high_water().map_err(|e| e.to_string())?.is_none() {
             log.set_high_water(Some(0)).map_err(|e| e.to_string())?;
         }
+        if log.damage().map_err(|e| e.to_string())?.is_some() {
+            // Issue #13: a damaged copy neither fetches nor reports a position until
+            // repair.rs has cut it back. A fetch at its uncut end would count it as caught
+            // up and bring it back into the ISR, from where it could lead with a log cut
+            // below the high-water mark and make the healthy copies truncate.
+            return Ok(());
+        }
         let frag = self
             .view
             .fragment(topic)
@@ -229,7 +236,9 @@ fn apply(log: &TopicLog, request: &FetchRequest, reply: FetchReply) -> Result<bo
             Ok(true)
         }
         FetchReply::NotLeader { leader_epoch } => {
-            warn!(topic = %log.name(), leader_epoch, "asked a node that does not lead");
+            // Retried every 20 ms until the view names the new leader: not worth a warning
+            // each time (a damaged leader answers this way for as long as it is damaged).
+            debug!(topic = %log.name(), leader_epoch, "asked a node that does not lead");
             std::thread::sleep(Duration::from_millis(20));
             Ok(false)
         }

@@ -199,14 +199,23 @@ impl Leader {
                 return Some(FetchReply::BadRequest);
             }
         };
-        if log.damage().ok().flatten().is_some() {
-            // A damaged copy must not make anyone truncate to it (issue #13): it hands the
-            // lead over (repair.rs) and answers as a node that does not lead meanwhile. Also
-            // as the only in-sync replica: the others may hold what it lost, so the fragment
-            // waits (reported in /v1/cluster/health) rather than cut them.
-            return Some(FetchReply::NotLeader {
-                leader_epoch: frag.epoch,
-            });
+        if let Some(damage) = log.damage().ok().flatten() {
+            // A damaged copy must not make anyone truncate to it nor ship damaged bytes
+            // (issue #13): it hands the lead over (repair.rs) and answers as a node that does
+            // not lead meanwhile. A replica that already holds everything up to the end of
+            // the fenced ranges is served the rest (the log was not cut, so its end is
+            // genuine): that is how another copy gets in sync when the damaged one is the
+            // only in-sync replica, so the lead can move and the damaged copy repair from it.
+            let fenced_end = log
+                .damaged_ranges()
+                .ok()
+                .and_then(|r| r.last().map(|&(_, end)| end));
+            let servable = !damage.cut && fenced_end.is_some_and(|end| req.offset >= end);
+            if !servable {
+                return Some(FetchReply::NotLeader {
+                    leader_epoch: frag.epoch,
+                });
+            }
         }
         // KIP-101: a replica whose log runs past the end of its newest epoch here must cut back.
         let end_of_epoch = log.end_offset_for(req.last_epoch).unwrap_or(0);
