@@ -423,7 +423,10 @@ fn consume_ids(
 
 #[test]
 fn a_diverged_former_leader_drops_its_unacknowledged_tail_and_a_consumer_moves_nodes() {
-    let mut c = Cluster::start();
+    // With both followers frozen the leader cannot renew its lease: 3 s (not 1.5) leaves room
+    // to append the tail below on a loaded machine (CI once saw the lease lapse first, and
+    // the tail refused).
+    let mut c = Cluster::start_with("node.lease_ms = 3000\n");
     let leader = c.create("div", 3);
     let acked = c.produce_acked(leader, "div", 0..50);
     assert_eq!(acked.len(), 50);
