@@ -467,7 +467,13 @@ impl State {
         {
             return Err(Errno::EISDIR);
         }
-        let trash = self.move_to_trash(&rel)?;
+        self.remove_child(parent, name, &rel)
+    }
+
+    /// Moves `parent`/`name` (at `rel`) to the trash and records the removal, so a power
+    /// loss before the parent is fsynced can bring it back.
+    fn remove_child(&mut self, parent: u64, name: &OsStr, rel: &Path) -> R<()> {
+        let trash = self.move_to_trash(rel)?;
         self.record(
             NsOp::Removed {
                 parent,
@@ -492,16 +498,7 @@ impl State {
         if !Self::is_empty_dir(&full)? {
             return Err(Errno::ENOTEMPTY);
         }
-        let trash = self.move_to_trash(&rel)?;
-        self.record(
-            NsOp::Removed {
-                parent,
-                name: name.to_os_string(),
-                trash,
-            },
-            vec![parent],
-        );
-        Ok(())
+        self.remove_child(parent, name, &rel)
     }
 
     pub(crate) fn rename(
