@@ -345,3 +345,36 @@ fn zero_tail_start(file: &fs::File, covered: u64, end: u64, ends: &[u64]) -> std
         .find(|e| *e >= nonzero && *e <= end)
         .unwrap_or(end))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `checksums-from` file is pinned: its name, and one decimal offset and a newline.
+    #[test]
+    fn checksums_from_is_recorded_once_as_a_decimal_offset() {
+        let dir = tempfile::tempdir().expect("tmp");
+        assert_eq!(CHECKSUMS_FROM_FILE, "checksums-from");
+        // ZPER's own segments 0 and 100, zper's sidecars from segment 200 on.
+        fs::write(dir.path().join(checksum::file_name(200)), b"").expect("sidecar");
+        assert_eq!(
+            checksums_from(dir.path(), &[0, 100, 200, 300]).expect("first"),
+            Some(200)
+        );
+        let path = dir.path().join(CHECKSUMS_FROM_FILE);
+        assert_eq!(fs::read_to_string(&path).expect("file"), "200\n");
+        // Recorded: later openings read it, whatever sidecars exist then.
+        fs::remove_file(dir.path().join(checksum::file_name(200))).expect("rm");
+        assert_eq!(
+            checksums_from(dir.path(), &[0, 100, 200, 300]).expect("again"),
+            Some(200)
+        );
+        // No sidecar anywhere (ZPER's data): nothing is checked, the newest start is recorded.
+        let zper = tempfile::tempdir().expect("tmp");
+        assert_eq!(checksums_from(zper.path(), &[0, 100]).expect("zper"), None);
+        assert_eq!(
+            fs::read_to_string(zper.path().join(CHECKSUMS_FROM_FILE)).expect("file"),
+            "100\n"
+        );
+    }
+}
