@@ -32,10 +32,31 @@ struct Parked {
     until: Instant,
 }
 
-/// Per led topic: each replica's last reported durable offset.
+/// Per led topic: each replica's last reported durable offset in the leader epoch `epoch`.
+/// Reports from an earlier epoch in which this node also led are forgotten: the replica may
+/// have truncated since, so they may name bytes it no longer holds (issue #13).
 #[derive(Default)]
 struct Progress {
+    epoch: u64,
     durable: HashMap<NodeId, u64>,
+}
+
+impl Progress {
+    /// The reports of `epoch` (empty when they are from another one).
+    fn of_epoch(&mut self, epoch: u64) -> &mut HashMap<NodeId, u64> {
+        if self.epoch != epoch {
+            self.epoch = epoch;
+            self.durable.clear();
+        }
+        &mut self.durable
+    }
+
+    /// `replica`'s durable offset reported in `epoch`.
+    fn durable_in(&self, epoch: u64, replica: NodeId) -> Option<u64> {
+        (self.epoch == epoch)
+            .then(|| self.durable.get(&replica).copied())
+            .flatten()
+    }
 }
 
 pub(crate) struct Leader {
@@ -83,6 +104,8 @@ struct IsrState {
     leading: HashMap<String, (u64, Instant)>,
     /// Proposed and not yet applied ISR changes.
     pending: HashMap<String, Instant>,
+    /// Replicas proposed for an ISR and not yet shown by the view: the mark waits for them.
+    expansions: super::isr::Expansions,
     last_review: Option<Instant>,
 }
 
@@ -143,7 +166,7 @@ impl Leader {
                     }
                 }
             }
-            self.advance_high_water(&progress);
+            self.advance_high_water(&progress, &mut isr.expansions);
             self.review_isr(&progress, &mut isr);
             let now = Instant::now();
             let mut still = Vec::with_capacity(parked.len());
@@ -229,7 +252,7 @@ impl Leader {
         progress
             .entry(log_key.clone())
             .or_default()
-            .durable
+            .of_epoch(frag.epoch)
             .insert(req.replica, req.offset);
         let key = (log_key, req.replica);
         if req.offset == written
@@ -260,6 +283,10 @@ impl Leader {
             let since = match st.leading.get(&topic) {
                 Some((epoch, since)) if *epoch == frag.epoch => *since,
                 _ => {
+                    // A new epoch here: catch-ups seen while leading an earlier one say
+                    // nothing about the replicas' logs now.
+                    st.caught_up.retain(|(t, _), _| t != &topic);
+                    st.end_at_fetch.retain(|(t, _), _| t != &topic);
                     st.leading.insert(topic.clone(), (frag.epoch, now));
                     now
                 }
@@ -292,7 +319,9 @@ impl Leader {
                 .filter(|r| *r == me || recent(*r))
                 .collect();
             for r in &frag.replicas {
-                let durable = progress.get(&topic).and_then(|p| p.durable.get(r)).copied();
+                let durable = progress
+                    .get(&topic)
+                    .and_then(|p| p.durable_in(frag.epoch, *r));
                 let caught_up = st.caught_up.contains_key(&(topic.clone(), *r));
                 if !next.contains(r) && caught_up && recent(*r) && durable.is_some_and(|d| d >= hw)
                 {
@@ -309,6 +338,9 @@ impl Leader {
             }
             info!(topic = %topic, from = ?frag.isr, to = ?next, "proposing ISR change");
             st.pending.insert(topic.clone(), now);
+            // From now on the mark also waits for the replicas being added: Raft may apply
+            // the change (and elect one of them) before this node's view shows it.
+            let slot = st.expansions.proposed(&topic, frag.epoch, &frag.isr, &next);
             let node = self.cluster.clone();
             let command = zper_raft::metadata::Command::SetIsr {
                 topic: frag.topic.clone(),
@@ -317,10 +349,17 @@ impl Leader {
                 isr: next,
             };
             self.runtime.spawn(async move {
+                use super::isr::{report, Outcome};
                 match node.propose(command).await {
-                    Ok(Ok(_)) => {}
-                    Ok(Err(e)) => debug!(error = %e, "ISR change refused"),
-                    Err(e) => debug!(error = %e, "ISR change not committed"),
+                    Ok(Ok(_)) => report(&slot, Outcome::Committed),
+                    Ok(Err(e)) => {
+                        debug!(error = %e, "ISR change refused");
+                        report(&slot, Outcome::Refused);
+                    }
+                    Err(e) => {
+                        debug!(error = %e, "ISR change not committed");
+                        report(&slot, Outcome::Unknown);
+                    }
                 }
             });
         }
@@ -393,12 +432,18 @@ impl Leader {
     }
 
     /// Moves each led topic's high-water mark to the lowest durable offset over its in-sync
-    /// replicas (this node's flushed offset for itself); never backwards within an epoch.
+    /// replicas (this node's flushed offset for itself), counting replicas proposed for the
+    /// ISR that the view does not show yet ([`super::isr`]); never backwards within an epoch.
     ///
     /// The mark stands still while fewer than `min_insync` replicas are in sync (issue #13):
     /// what only the leader holds could vanish with it, so readers must not see it and no
     /// producer may be told it is safe. The writer answers such producers with status 103.
-    fn advance_high_water(&self, progress: &HashMap<String, Progress>) {
+    fn advance_high_water(
+        &self,
+        progress: &HashMap<String, Progress>,
+        expansions: &mut super::isr::Expansions,
+    ) {
+        let now = Instant::now();
         for (topic, frag) in self.view.led() {
             let Ok(log) = self.led_log(&topic, &frag) else {
                 continue;
@@ -414,11 +459,16 @@ impl Leader {
                 if r == self.view.me() {
                     Some(own)
                 } else {
-                    p.and_then(|p| p.durable.get(&r).copied())
+                    p.and_then(|p| p.durable_in(frag.epoch, r))
                 }
             };
             let current = log.high_water().ok().flatten();
-            if let Some(next) = next_high_water(&frag.isr, durable, needed, current) {
+            let counted = expansions.counted(&topic, frag.epoch, &frag.isr, now);
+            if frag.isr.len() < needed {
+                // Replicas still being added do not count towards `min_insync`.
+                continue;
+            }
+            if let Some(next) = next_high_water(&counted, durable, needed, current) {
                 if log.set_high_water(Some(next)).is_ok() {
                     self.waker.wake(&topic);
                 }
@@ -449,7 +499,28 @@ pub(crate) fn next_high_water(
 
 #[cfg(test)]
 mod tests {
-    use super::next_high_water;
+    use super::{next_high_water, Progress};
+
+    #[test]
+    fn reports_from_an_earlier_epoch_do_not_move_the_mark() {
+        // Led in epoch 3, replica 2 reported 1000; it then followed another leader and was
+        // cut back. Leading again in epoch 5, its old report must not count.
+        let mut p = Progress::default();
+        p.of_epoch(3).insert(2, 1_000);
+        assert_eq!(p.durable_in(3, 2), Some(1_000));
+        assert_eq!(p.durable_in(5, 2), None);
+        let durable = |r: u64| {
+            if r == 1 {
+                Some(1_500)
+            } else {
+                p.durable_in(5, r)
+            }
+        };
+        assert_eq!(next_high_water(&[1, 2], durable, 2, Some(0)), None);
+        p.of_epoch(5).insert(2, 900);
+        assert_eq!(p.durable_in(5, 2), Some(900));
+        assert_eq!(p.durable_in(3, 2), None, "the old epoch's reports are gone");
+    }
 
     #[test]
     fn the_mark_is_the_lowest_durable_offset_over_the_isr_and_never_goes_back() {

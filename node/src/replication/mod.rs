@@ -5,6 +5,7 @@
 
 pub mod follower;
 pub mod forward;
+pub(crate) mod isr;
 pub mod leader;
 pub(crate) mod repair;
 pub mod view;
