@@ -225,6 +225,13 @@ fn mode1(
             std::thread::sleep(Duration::from_millis(100));
             continue;
         };
+        // ZeroMQ reconnects silently and drops what was in flight on the broken connection
+        // (a node restarted or lost power), so an ack received after a reconnect vouches for
+        // its own id only, not for the earlier ones of the window (docs/protocol.md). The
+        // monitor tells when the connection broke.
+        let Some(monitor) = disconnect_monitor(&ctx, &s) else {
+            continue;
+        };
         // A few windows per connection, then the next node.
         'conn: for _ in 0..5 {
             let window: Vec<u64> = (0..20)
@@ -247,11 +254,17 @@ fn mode1(
                             break 'conn;
                         };
                         let upto = u64::from_be_bytes(bytes);
+                        let broke = disconnected(&monitor);
+                        // After a reconnect the ack vouches for its own id only.
+                        let covered = |i: &&u64| **i == upto || (!broke && **i <= upto);
                         if let Ok(mut a) = acked.lock() {
-                            a.messages.extend(window.iter().filter(|i| **i <= upto));
+                            a.messages.extend(window.iter().filter(covered));
                             let via = (turn % 3) as usize;
                             a.mode1
-                                .extend(window.iter().filter(|i| **i <= upto).map(|i| (*i, via)));
+                                .extend(window.iter().filter(covered).map(|i| (*i, via)));
+                        }
+                        if broke {
+                            break 'conn;
                         }
                         if upto == last {
                             break;
@@ -265,6 +278,29 @@ fn mode1(
             }
         }
     }
+}
+
+/// A PAIR socket that receives `s`'s disconnect events (zmq_socket_monitor).
+fn disconnect_monitor(ctx: &zmq::Context, s: &zmq::Socket) -> Option<zmq::Socket> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let at = format!(
+        "inproc://mode1-monitor-{}",
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    );
+    s.monitor(&at, zmq::SocketEvent::DISCONNECTED as i32).ok()?;
+    let m = ctx.socket(zmq::PAIR).ok()?;
+    m.set_linger(0).ok()?;
+    m.connect(&at).ok()?;
+    Some(m)
+}
+
+/// True when the monitored socket's connection broke since the last call.
+fn disconnected(monitor: &zmq::Socket) -> bool {
+    let mut broke = false;
+    while monitor.recv_multipart(zmq::DONTWAIT).is_ok() {
+        broke = true;
+    }
+    broke
 }
 
 /// Dolly Puts, one new key each, through every node in turn.
@@ -446,6 +482,9 @@ pub struct CheckReport {
     pub split_terms: usize,
     /// Whether every node's copy of the topic is byte-identical.
     pub identical_logs: bool,
+    /// Each node's readable copy of the topic: (bytes, first offset where it differs from
+    /// node 1's), to tell a lagging high-water mark (a shorter prefix) from a fork.
+    pub copies: Vec<(usize, Option<usize>)>,
     /// Messages a consumer read during the run.
     pub consumed: usize,
     /// Messages a consumer read that are missing afterwards, or stored at another offset than
@@ -524,6 +563,14 @@ pub fn check(cluster: &Cluster, acked: &Acked) -> CheckReport {
         acked_puts: acked.puts.len(),
         acked_topics: acked.topics.len(),
         identical_logs: identical,
+        copies: logs
+            .iter()
+            .map(|l| {
+                let first = logs.first().map_or(&[][..], Vec::as_slice);
+                let differs = l.iter().zip(first).position(|(a, b)| a != b);
+                (l.len(), differs)
+            })
+            .collect(),
         ..Default::default()
     };
     let mut lost = BTreeSet::new();
