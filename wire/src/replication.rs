@@ -5,11 +5,14 @@
 //! the epoch-history entries the chunk crosses, and whether the leader rotated right after the
 //! chunk, so the copy keeps the same offsets, segment boundaries and bytes. A replica whose log
 //! went past what the leader's epoch history allows is told where to truncate (Kafka KIP-101 /
-//! KIP-320).
+//! KIP-279 / KIP-320). The request also names where the replica's newest epoch starts: a
+//! leader that never had that epoch tells the replica to cut back to it (issue #13).
 //!
 //! ```text
 //! request  ["RFETCH"][topic][fragment:u32][replica:u64][offset:u64][last_epoch:u64][max_bytes:u32]
-//!            (the numbers in one 32-byte big-endian frame; last_epoch u64::MAX = none)
+//!            [last_epoch_start:u64]
+//!            (the numbers in one 40-byte big-endian frame; u64::MAX = none; a 32-byte frame
+//!            without the last field is accepted, from a node not yet upgraded)
 //! reply    [0 OK][leader_epoch:u64][high_water:u64][offset:u64][rotate_after:u8] + [epochs] + [bytes]
 //!            epochs: n x (epoch:u64, start_offset:u64)
 //!          [1 NOT_LEADER][leader_epoch:u64]     this node does not lead the fragment (now)
@@ -37,6 +40,8 @@ pub struct FetchRequest {
     pub last_epoch: Option<u64>,
     /// Most bytes wanted (at least one whole message is sent).
     pub max_bytes: u32,
+    /// Offset where `last_epoch` starts in the replica's epoch history, if known.
+    pub last_epoch_start: Option<u64>,
 }
 
 /// The leader's answer.
@@ -106,6 +111,7 @@ impl FetchRequest {
         n.extend_from_slice(&self.offset.to_be_bytes());
         n.extend_from_slice(&self.last_epoch.unwrap_or(u64::MAX).to_be_bytes());
         n.extend_from_slice(&self.max_bytes.to_be_bytes());
+        n.extend_from_slice(&self.last_epoch_start.unwrap_or(u64::MAX).to_be_bytes());
         vec![FETCH.to_vec(), self.topic.as_bytes().to_vec(), n]
     }
 
@@ -119,12 +125,19 @@ impl FetchRequest {
         if cmd.as_slice() != FETCH {
             return Err(ReplicationError::Malformed("unknown command"));
         }
-        if n.len() != 32 {
-            return Err(ReplicationError::Malformed("fetch numbers are 32 bytes"));
+        if n.len() != 32 && n.len() != 40 {
+            return Err(ReplicationError::Malformed(
+                "fetch numbers are 40 (or 32) bytes",
+            ));
         }
         crate::validate_topic(topic).map_err(|_| ReplicationError::InvalidTopic)?;
         let topic = String::from_utf8(topic.clone()).map_err(|_| ReplicationError::InvalidTopic)?;
         let last = u64_at(n, 20);
+        let last_start = if n.len() == 40 {
+            u64_at(n, 32)
+        } else {
+            u64::MAX
+        };
         Ok(FetchRequest {
             topic,
             fragment: u32_at(n, 0),
@@ -132,6 +145,7 @@ impl FetchRequest {
             offset: u64_at(n, 12),
             last_epoch: (last != u64::MAX).then_some(last),
             max_bytes: u32_at(n, 28),
+            last_epoch_start: (last_start != u64::MAX).then_some(last_start),
         })
     }
 }
@@ -217,9 +231,15 @@ mod tests {
     proptest! {
         #[test]
         fn fetches_round_trip(topic in "[a-zA-Z0-9]{1,64}", fragment: u32, replica: u64,
-                              offset: u64, last in proptest::option::of(0u64..u64::MAX), max_bytes: u32) {
-            let r = FetchRequest { topic, fragment, replica, offset, last_epoch: last, max_bytes };
-            prop_assert_eq!(FetchRequest::decode(&r.to_frames()), Ok(r));
+                              offset: u64, last in proptest::option::of(0u64..u64::MAX), max_bytes: u32,
+                              start in proptest::option::of(0u64..u64::MAX)) {
+            let r = FetchRequest { topic, fragment, replica, offset, last_epoch: last, max_bytes,
+                                   last_epoch_start: start };
+            prop_assert_eq!(FetchRequest::decode(&r.to_frames()), Ok(r.clone()));
+            // A node not yet upgraded sends the 32-byte form.
+            let mut old = r.to_frames();
+            old[2].truncate(32);
+            prop_assert_eq!(FetchRequest::decode(&old), Ok(FetchRequest { last_epoch_start: None, ..r }));
         }
 
         #[test]

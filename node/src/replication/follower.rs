@@ -159,6 +159,11 @@ impl Follower {
             offset: log.flushed_end().map_err(|e| e.to_string())?,
             last_epoch: log.last_epoch().map_err(|e| e.to_string())?,
             max_bytes: self.max_bytes,
+            last_epoch_start: log
+                .epochs()
+                .map_err(|e| e.to_string())?
+                .last()
+                .map(|(_, start)| *start),
         };
         link.socket
             .send_multipart(request.to_frames(), zmq::DONTWAIT)

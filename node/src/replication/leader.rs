@@ -240,10 +240,15 @@ impl Leader {
                 });
             }
         }
-        // KIP-101: a replica whose log runs past the end of its newest epoch here must cut back.
-        let end_of_epoch = log.end_offset_for(req.last_epoch).unwrap_or(0);
+        // KIP-101 / KIP-279: a replica whose log runs past what this history allows must cut
+        // back.
         let written = log.written_end().unwrap_or(0);
-        let limit = end_of_epoch.min(written);
+        let limit = replica_limit(
+            &log.epochs().unwrap_or_default(),
+            written,
+            req.last_epoch,
+            req.last_epoch_start,
+        );
         if req.offset > limit {
             info!(topic = %req.topic, replica = req.replica, from = req.offset, to = limit,
                   "replica diverged: truncate");
@@ -477,6 +482,36 @@ impl Leader {
     }
 }
 
+/// How far a replica's log may go before it must cut back (pure; Kafka KIP-101 / KIP-279),
+/// given this leader's epoch `history` (`(epoch, start offset)`, ascending), its `written`
+/// end, and the replica's newest epoch `last_epoch` starting at `last_start` in its log.
+///
+/// The end of that epoch here: the start of the first newer epoch, or the written end. When
+/// this history lacks the replica's epoch altogether, the replica wrote it as a leader whose
+/// writes never reached this one, so everything it holds from that epoch's start differs
+/// from what is here: the limit is also at most `last_start` (issue #13: before this rule a
+/// former leader kept its own unacknowledged messages in the middle of its log, under
+/// acknowledged ones of the same size everywhere else, and nobody truncated).
+pub(crate) fn replica_limit(
+    history: &[(u64, u64)],
+    written: u64,
+    last_epoch: Option<u64>,
+    last_start: Option<u64>,
+) -> u64 {
+    let end = match last_epoch {
+        None => history.first().map_or(0, |(_, s)| *s),
+        Some(e) => history
+            .iter()
+            .find(|(x, _)| *x > e)
+            .map_or(written, |(_, s)| *s),
+    };
+    let unknown = last_epoch.is_some_and(|e| history.iter().all(|(x, _)| *x != e));
+    match last_start {
+        Some(start) if unknown => end.min(start).min(written),
+        _ => end.min(written),
+    }
+}
+
 /// Where a leader's high-water mark moves next (pure; issue #13): the lowest durable offset
 /// over the in-sync replicas `isr` (`durable` gives each one's, `None` for a replica that has
 /// not reported), when that is past `current`. `None` (the mark stands still) while fewer
@@ -499,7 +534,24 @@ pub(crate) fn next_high_water(
 
 #[cfg(test)]
 mod tests {
-    use super::{next_high_water, Progress};
+    use super::{next_high_water, replica_limit, Progress};
+
+    #[test]
+    fn a_replica_holding_an_epoch_this_leader_never_had_cuts_back_to_where_it_starts() {
+        // Seen in the rolling-restart chaos run: node B led epoch 4 and wrote up to 1000, of
+        // which node A had 700. A led epoch 5 from 700 and wrote 340 bytes nobody else got.
+        // B leads again in epoch 6 from 1000. A asks from 1040 with its epoch 5 starting at
+        // 700. B's history has no epoch 5: A's bytes in [700, 1040) are not B's.
+        let b = [(0, 0), (4, 200), (6, 1000)];
+        assert_eq!(replica_limit(&b, 1500, Some(5), Some(700)), 700);
+        // Without where A's epoch starts (an older node), only KIP-101's limit holds.
+        assert_eq!(replica_limit(&b, 1500, Some(5), None), 1000);
+        // An epoch this leader has: the start of the next one, as before.
+        assert_eq!(replica_limit(&b, 1500, Some(4), Some(200)), 1000);
+        assert_eq!(replica_limit(&b, 1500, Some(6), Some(1000)), 1500);
+        assert_eq!(replica_limit(&b, 1500, None, None), 0);
+        assert_eq!(replica_limit(&[], 0, None, None), 0);
+    }
 
     #[test]
     fn reports_from_an_earlier_epoch_do_not_move_the_mark() {
