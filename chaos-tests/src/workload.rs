@@ -485,6 +485,9 @@ pub struct CheckReport {
     /// Each node's readable copy of the topic: (bytes, first offset where it differs from
     /// node 1's), to tell a lagging high-water mark (a shorter prefix) from a fork.
     pub copies: Vec<(usize, Option<usize>)>,
+    /// Each node's leader-epoch history of the topic (`/v1/topics/chaos`), to find who wrote
+    /// what when the copies differ.
+    pub epochs: Vec<String>,
     /// Messages a consumer read during the run.
     pub consumed: usize,
     /// Messages a consumer read that are missing afterwards, or stored at another offset than
@@ -569,6 +572,12 @@ pub fn check(cluster: &Cluster, acked: &Acked) -> CheckReport {
                 let first = logs.first().map_or(&[][..], Vec::as_slice);
                 let differs = l.iter().zip(first).position(|(a, b)| a != b);
                 (l.len(), differs)
+            })
+            .collect(),
+        epochs: (0..cluster.nodes.len())
+            .map(|i| {
+                let v = cluster.get(i, &format!("/v1/topics/{TOPIC}"));
+                v["fragments"][0]["epochs"].to_string()
             })
             .collect(),
         ..Default::default()

@@ -224,6 +224,12 @@ struct FragmentView {
     last_change: Option<PlacementReason>,
     start_offset: Option<u64>,
     end_offset: Option<u64>,
+    /// This copy's high-water mark.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    high_water: Option<u64>,
+    /// This copy's leader-epoch history, `[epoch, start offset]` pairs (empty: no copy here
+    /// or never replicated).
+    epochs: Vec<(u64, u64)>,
 }
 
 /// A topic as the admin API shows it.
@@ -251,8 +257,10 @@ impl TopicView {
                     replicas: f.replicas,
                     isr: f.isr,
                     last_change: f.last_change,
-                    start_offset: local.map(|o| o.start_offset),
-                    end_offset: local.map(|o| o.end_offset),
+                    start_offset: local.as_ref().map(|o| o.start_offset),
+                    end_offset: local.as_ref().map(|o| o.end_offset),
+                    high_water: local.as_ref().and_then(|o| o.high_water),
+                    epochs: local.map(|o| o.epochs).unwrap_or_default(),
                 }
             })
             .collect();

@@ -17,12 +17,18 @@ use prometheus::Registry;
 use zper_raft::ClusterNode;
 
 /// This node's copy of a fragment, as its segment store has it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FragmentOffsets {
     /// Offset of the first byte still stored (the first segment's start), bytes.
     pub start_offset: u64,
-    /// Offset just past the last byte readers can fetch (flushed; ZPER spec §6), bytes.
+    /// Offset just past the last byte written here (flushed; ZPER spec §6), bytes.
     pub end_offset: u64,
+    /// This copy's high-water mark (readers stop there), bytes; `None` for a log that was
+    /// never replicated.
+    pub high_water: Option<u64>,
+    /// This copy's leader-epoch history, `(epoch, start offset)` ascending: which leader
+    /// epoch wrote which bytes (what replicas compare to find where copies diverge).
+    pub epochs: Vec<(u64, u64)>,
 }
 
 /// The node's segment store as the admin API sees it (implemented by the `zper` node; the http

@@ -231,6 +231,8 @@ impl zper_http::LocalLogs for StoreLogs {
         Some(zper_http::FragmentOffsets {
             start_offset,
             end_offset,
+            high_water: log.high_water().ok()?,
+            epochs: log.epochs().ok()?,
         })
     }
 

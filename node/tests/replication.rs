@@ -418,6 +418,19 @@ fn acknowledged_messages_survive_sigkill_of_the_leader_on_byte_identical_copies(
         "{}",
         c.fragment(new_leader, "rep")
     );
+    // Every copy shows the same leader-epoch history in its topic view: the first leader's
+    // epoch from 0, the new leader's from where the first acknowledged log ended.
+    let epochs = c.fragment(new_leader, "rep")["epochs"].clone();
+    let history = epochs.as_array().cloned().unwrap_or_default();
+    assert_eq!(history.len(), 2, "{epochs}");
+    assert_eq!(history[0][1], json!(0), "{epochs}");
+    for n in 1..=3 {
+        assert!(
+            eventually(|| c.fragment(n, "rep")["epochs"] == epochs),
+            "node {n}: {} vs {epochs}",
+            c.fragment(n, "rep")
+        );
+    }
 }
 
 /// Reads `topic` from `offset` on `reader`, message by message, until `count` message ids
