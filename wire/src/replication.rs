@@ -228,6 +228,33 @@ mod tests {
 
     use super::*;
 
+    #[test]
+    fn a_fetch_has_the_documented_40_byte_numbers_frame() {
+        let r = FetchRequest {
+            topic: "t".into(),
+            fragment: 1,
+            replica: 2,
+            offset: 3,
+            last_epoch: Some(4),
+            max_bytes: 5,
+            last_epoch_start: None,
+        };
+        let mut n = Vec::new();
+        n.extend_from_slice(&1u32.to_be_bytes());
+        n.extend_from_slice(&2u64.to_be_bytes());
+        n.extend_from_slice(&3u64.to_be_bytes());
+        n.extend_from_slice(&4u64.to_be_bytes());
+        n.extend_from_slice(&5u32.to_be_bytes());
+        n.extend_from_slice(&u64::MAX.to_be_bytes());
+        assert_eq!(
+            r.to_frames(),
+            vec![b"RFETCH".to_vec(), b"t".to_vec(), n.clone()]
+        );
+        // Neither 32 nor 40 bytes: refused, as any other length.
+        n.push(0);
+        assert!(FetchRequest::decode(&[b"RFETCH".to_vec(), b"t".to_vec(), n]).is_err());
+    }
+
     proptest! {
         #[test]
         fn fetches_round_trip(topic in "[a-zA-Z0-9]{1,64}", fragment: u32, replica: u64,
