@@ -32,6 +32,7 @@ async fn admin_routes_answer_json_and_errors_have_code_and_message() {
                 endpoints: c.voters[&id].clone(),
                 now_ms: u64::MAX / 4,
                 lease_ms: 1,
+                incarnation: 0,
             })
             .await
             .expect("forwarded");
@@ -214,6 +215,7 @@ async fn admin_routes_answer_json_and_errors_have_code_and_message() {
             endpoints: c.voters[&1].clone(),
             now_ms: 0,
             lease_ms: 1,
+            incarnation: 0,
         })
         .await
         .expect("answered");
@@ -225,6 +227,7 @@ async fn admin_routes_answer_json_and_errors_have_code_and_message() {
             endpoints: c.voters[&follower].clone(),
             now_ms: 0,
             lease_ms: 1,
+            incarnation: 0,
         })
         .await
         .expect("answered");
@@ -239,6 +242,7 @@ async fn admin_routes_answer_json_and_errors_have_code_and_message() {
             endpoints: c.voters[&follower].clone(),
             now_ms: 0,
             lease_ms: 1,
+            incarnation: 0,
         })
         .await
         .expect("commits")
@@ -299,6 +303,7 @@ async fn an_admin_token_guards_every_mutating_route_and_peers_send_it() {
             endpoints: c.voters[&leader].clone(),
             now_ms: 0,
             lease_ms: u64::MAX / 2,
+            incarnation: 0,
         })
         .await
         .expect("commits")

@@ -32,6 +32,7 @@ async fn three_members_elect_commit_fail_over_and_catch_up() {
                 endpoints: c.voters[&id].clone(),
                 now_ms: 1_000,
                 lease_ms: 60_000,
+                incarnation: 0,
             })
             .await
             .expect("commits");
@@ -115,6 +116,7 @@ async fn a_fourth_node_joins_as_learner_then_voter_and_is_removed() {
             endpoints: c.voters[&leader].clone(),
             now_ms: 0,
             lease_ms: u64::MAX / 2,
+            incarnation: 0,
         })
         .await
         .expect("commits")

@@ -345,6 +345,7 @@ async fn register(node: ClusterNode, endpoints: NodeEndpoints, lease: Duration) 
                 endpoints: endpoints.clone(),
                 now_ms: now,
                 lease_ms,
+                incarnation: node.incarnation,
             }
         };
         match node.propose(command).await {

@@ -903,6 +903,105 @@ fn a_restarted_former_leader_serves_nothing_that_is_then_cut() {
     );
 }
 
+/// Issue #13 (randomized nemesis: copies of equal length that differed in the middle, with no
+/// truncation logged anywhere): a leader that loses power loses what it wrote and had not
+/// flushed, which its replicas may already hold. Restarted within its lease, it led again in
+/// the same leader epoch and wrote new messages at those offsets; a replica fetching at its
+/// end found nothing to cut (same epoch, offset within the leader's log), so it kept the lost
+/// messages where the leader now had others. A new run of a node must lead in a new epoch.
+#[test]
+fn a_leader_restarted_within_its_lease_leads_in_a_new_epoch_so_replicas_cut_what_it_lost() {
+    let mut c = Cluster::start_with("node.lease_ms = 5000\n");
+    let leader = c.create("lost", 3);
+    let others: Vec<u64> = (1..=3).filter(|n| *n != leader).collect();
+    // Every message the same size ("message NN"), as in the chaos workload: offsets alone
+    // cannot tell one from another.
+    assert_eq!(c.produce_all(leader, "lost", 10..25).len(), 15);
+    let dealer = client(
+        &c.ctx,
+        zmq::DEALER,
+        &identity("lost", 0),
+        &c.nodes[leader as usize - 1].writer,
+    );
+    for id in 25u32..30 {
+        let body = format!("message {id}");
+        dealer
+            .send_multipart([&id.to_be_bytes()[..], body.as_bytes()], 0)
+            .expect("send");
+    }
+    assert!(
+        eventually(|| {
+            let a = c.segments(leader, "lost");
+            ids_in(&concat(&a)).len() == 20 && (1..=3).all(|n| c.segments(n, "lost") == a)
+        }),
+        "every copy holds 20 messages"
+    );
+    let epoch_before = c.fragment(leader, "lost")["leader_epoch"]
+        .as_u64()
+        .expect("epoch");
+    // Power loss on the leader alone: messages 25-29 had reached the replicas but not the
+    // leader's disk (nor its checksum sidecar, nor its high-water checkpoint).
+    c.node(leader).kill9();
+    let dir = c.data[leader as usize - 1].join("lost");
+    let (name, bytes) = c
+        .segments(leader, "lost")
+        .into_iter()
+        .next_back()
+        .expect("a segment");
+    assert_eq!(name, format!("{:020}.dat", 0), "one segment");
+    let cut = message_ends(&bytes)[&24];
+    std::fs::write(dir.join(&name), &bytes[..cut as usize]).expect("cut the segment");
+    let crc = dir.join(format!("{:020}.crc", 0));
+    let sums = std::fs::read(&crc).expect("sidecar");
+    let keep = sums[8..]
+        .chunks_exact(16)
+        .take_while(|e| u64::from_le_bytes(e[..8].try_into().expect("8 bytes")) <= cut)
+        .count();
+    std::fs::write(&crc, &sums[..8 + keep * 16]).expect("cut the sidecar");
+    std::fs::write(dir.join(zper_store::HIGH_WATER_FILE), format!("{cut}")).expect("mark");
+    // It comes back while the others are frozen, its previous lease still running, and is
+    // asked to write five messages of the same size at once.
+    for n in &others {
+        c.nodes[*n as usize - 1].pause();
+    }
+    c.node(leader).restart();
+    let dealer = client(
+        &c.ctx,
+        zmq::DEALER,
+        &identity("lost", 0),
+        &c.nodes[leader as usize - 1].writer,
+    );
+    for id in 40u32..45 {
+        let body = format!("message {id}");
+        dealer
+            .send_multipart([&id.to_be_bytes()[..], body.as_bytes()], 0)
+            .expect("send");
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    for n in &others {
+        c.nodes[*n as usize - 1].resume();
+    }
+    assert_eq!(c.produce_all(leader, "lost", 50..55).len(), 5);
+    let same = eventually(|| {
+        let a = c.segments(leader, "lost");
+        (1..=3).all(|n| c.segments(n, "lost") == a)
+    });
+    let listing: Vec<(u64, Vec<u32>)> = (1..=3)
+        .map(|n| (n, ids_in(&concat(&c.segments(n, "lost")))))
+        .collect();
+    assert!(same, "copies are byte-identical: {listing:?}");
+    let fin = ids_in(&concat(&c.segments(leader, "lost")));
+    assert!(
+        (10..25).chain(50..55).all(|id| fin.contains(&id)),
+        "{fin:?}"
+    );
+    let f = c.fragment(leader, "lost");
+    assert!(
+        f["leader_epoch"].as_u64().expect("epoch") > epoch_before,
+        "the restarted leader leads in a new epoch: {f}"
+    );
+}
+
 /// Issue #13, defect 3: one flipped flags byte in the middle of the leader's active segment,
 /// with all three nodes stopped, erased every acknowledged message after it on every node:
 /// the leader's recovery took it for a torn tail, it stayed leader in the same epoch and told

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -187,6 +187,10 @@ pub struct ClusterNode {
     pub id: NodeId,
     /// Latency and outcome of the proposals this node made as leader.
     pub proposals: Arc<ProposalStats>,
+    /// This run of the node (boot time in µs, unique per [`ClusterNode::start`] in a
+    /// process): it registers with it, and leads fragments only once the metadata shows it
+    /// (a restarted leader leads in a new leader epoch, issue #13).
+    pub incarnation: u64,
     http: reqwest::Client,
 }
 
@@ -222,6 +226,23 @@ impl Default for ProposalStats {
             seconds,
             committed: Default::default(),
             failed: Default::default(),
+        }
+    }
+}
+
+/// A value no earlier run of this node used: the boot time in µs, and distinct for every call
+/// in one process (test clusters start several nodes in one process).
+fn new_incarnation() -> u64 {
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let micros = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_micros() as u64);
+    let mut prev = LAST.load(Ordering::Relaxed);
+    loop {
+        let next = micros.max(prev + 1);
+        match LAST.compare_exchange(prev, next, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return next,
+            Err(p) => prev = p,
         }
     }
 }
@@ -266,6 +287,7 @@ impl ClusterNode {
             state: sm,
             id: config.id,
             proposals: Arc::default(),
+            incarnation: new_incarnation(),
             http: crate::network::http_client(config.admin_token.as_deref()),
         })
     }

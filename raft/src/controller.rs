@@ -146,6 +146,7 @@ mod tests {
                 },
                 now_ms: 0,
                 lease_ms: 1000,
+                incarnation: 0,
             })
             .expect("register");
         }

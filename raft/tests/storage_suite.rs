@@ -40,6 +40,7 @@ async fn vote_and_snapshot_survive_reopen() {
                 },
                 now_ms: 5,
                 lease_ms: 10,
+                incarnation: 0,
             }),
         };
         sm.apply([entry]).await.expect("apply");

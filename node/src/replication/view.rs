@@ -69,8 +69,11 @@ struct Snapshot {
     /// Fragments per topic.
     counts: HashMap<String, u32>,
     nodes: HashMap<NodeId, NodeEndpoints>,
-    /// Each node's lease end as applied here, ms since the epoch.
-    leases: HashMap<NodeId, u64>,
+    /// This node's lease end as applied here, ms since the epoch: only once this run of the
+    /// node has registered (its incarnation is in the metadata). Before that the metadata
+    /// still holds the previous run's lease, and fragments it led are in the previous run's
+    /// leader epoch, in which this run must not write (issue #13).
+    own_lease: Option<u64>,
     /// Each topic's `retain_hours`.
     retain_hours: HashMap<String, u32>,
 }
@@ -133,11 +136,11 @@ impl PlacementView {
                 .iter()
                 .map(|(id, n)| (*id, n.endpoints.clone()))
                 .collect(),
-            leases: m
+            own_lease: m
                 .nodes
-                .iter()
-                .map(|(id, n)| (*id, n.lease_until_ms))
-                .collect(),
+                .get(&self.me)
+                .filter(|n| n.incarnation == cluster.incarnation)
+                .map(|n| n.lease_until_ms),
             retain_hours: m
                 .topics
                 .iter()
@@ -180,10 +183,12 @@ impl PlacementView {
         self.inner.read().ok()?.fragments.get(topic).cloned()
     }
 
-    /// True while this node's lease, as applied here, is current. A node acts as a fragment
-    /// leader only then: a node restarted from stale metadata, or cut off from the Raft group,
-    /// cannot renew it, so it never acknowledges writes that a newer leader's history would
-    /// cut (the lease fences it; the new leader is only chosen after the lease ended).
+    /// True while this node's lease, as applied here, is current and was granted to this run
+    /// of the node. A node acts as a fragment leader only then: a node cut off from the Raft
+    /// group cannot renew it, so it never acknowledges writes that a newer leader's history
+    /// would cut (the lease fences it; the new leader is only chosen after the lease ended);
+    /// a restarted node waits for its registration, which moves what it leads to a new
+    /// leader epoch (issue #13).
     pub fn lease_current(&self) -> bool {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -191,7 +196,7 @@ impl PlacementView {
         self.inner
             .read()
             .ok()
-            .and_then(|s| s.leases.get(&self.me).copied())
+            .and_then(|s| s.own_lease)
             .is_some_and(|until| until > now)
     }
 
@@ -208,7 +213,7 @@ impl PlacementView {
                 let now = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_millis() as u64);
-                if s.leases.get(&self.me).is_some_and(|until| *until > now) {
+                if s.own_lease.is_some_and(|until| until > now) {
                     Role::Leader {
                         epoch: f.epoch,
                         in_sync: f.isr.len(),

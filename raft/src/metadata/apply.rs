@@ -133,18 +133,29 @@ impl Metadata {
                 endpoints,
                 now_ms,
                 lease_ms,
+                incarnation,
             } => {
+                let restarted = *incarnation != 0
+                    && self
+                        .nodes
+                        .get(id)
+                        .is_some_and(|n| n.incarnation != *incarnation);
                 self.nodes.insert(
                     *id,
                     NodeRecord {
                         endpoints: endpoints.clone(),
                         lease_until_ms: now_ms.saturating_add(*lease_ms),
+                        incarnation: *incarnation,
                     },
                 );
-                Ok(Applied::Placement(self.rerun_placement(
-                    *now_ms,
-                    PlacementReason::NodeJoined(*id),
-                )))
+                let reason = PlacementReason::NodeJoined(*id);
+                let mut changes = if restarted {
+                    super::placement::new_leader_epochs(&mut self.topics, *id, reason)
+                } else {
+                    Vec::new()
+                };
+                changes.extend(self.rerun_placement(*now_ms, reason));
+                Ok(Applied::Placement(changes))
             }
             Command::Heartbeat {
                 id,
@@ -433,6 +444,7 @@ mod tests {
             },
             now_ms,
             lease_ms: 10_000,
+            incarnation: 0,
         }
     }
 
@@ -679,6 +691,49 @@ mod tests {
         // Rejoining: given in any order, stored in replica order, leader first.
         m.apply(&set(vec![other, leader], epoch)).expect("expand");
         assert_eq!(m.topics["t"].fragments[0].isr, vec![leader, other]);
+    }
+
+    #[test]
+    fn a_new_run_of_a_leader_leads_in_a_new_epoch_and_the_same_run_does_not() {
+        // Issue #13: a leader restarted after a power loss lost bytes its replicas hold; in
+        // the same epoch it wrote other messages at those offsets and nobody cut them.
+        let run = |id: NodeId, incarnation: u64| Command::RegisterNode {
+            id,
+            endpoints: NodeEndpoints::default(),
+            now_ms: 10,
+            lease_ms: 10_000,
+            incarnation,
+        };
+        let mut m = Metadata::default();
+        for id in 1..=3 {
+            m.apply(&run(id, 100 + id)).expect("register");
+        }
+        m.apply(&create("t", 3, 10)).expect("create");
+        let before = m.topics["t"].fragments.clone();
+        let led = before[0].leader;
+        // The same run registering again (after a refusal): nothing moves.
+        m.apply(&run(led, 100 + led)).expect("again");
+        assert_eq!(m.topics["t"].fragments, before);
+        // A new run: what it leads moves to the next epoch, led by it; nothing else changes.
+        let Ok(Applied::Placement(changes)) = m.apply(&run(led, 500)) else {
+            panic!("placement changes expected");
+        };
+        for (old, new) in before.iter().zip(&m.topics["t"].fragments) {
+            assert_eq!((new.leader, &new.isr), (old.leader, &old.isr));
+            let bump = u64::from(old.leader == led);
+            assert_eq!(new.leader_epoch, old.leader_epoch + bump, "{old:?}");
+        }
+        let bumped = before.iter().filter(|f| f.leader == led).count();
+        assert!(bumped >= 1);
+        assert_eq!(changes.len(), bumped);
+        assert!(changes
+            .iter()
+            .all(|c| c.old_leader == led && c.leader == led));
+        assert_eq!(m.nodes[&led].incarnation, 500);
+        // A node that predates incarnations (0) never moves anything.
+        let now = m.topics["t"].fragments.clone();
+        m.apply(&run(led, 0)).expect("old node");
+        assert_eq!(m.topics["t"].fragments, now);
     }
 
     #[test]
@@ -1042,6 +1097,7 @@ mod properties {
                 endpoints: NodeEndpoints::default(),
                 now_ms: s * 1000,
                 lease_ms: 10_000,
+                incarnation: 0,
             }),
             (1u64..=5, t.clone()).prop_map(|(id, s)| Command::Heartbeat {
                 id,

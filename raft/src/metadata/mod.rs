@@ -26,6 +26,10 @@ pub struct NodeRecord {
     pub endpoints: NodeEndpoints,
     /// The node is live while the applying command's `now_ms` is below this (ms since the epoch).
     pub lease_until_ms: u64,
+    /// The run of the node that registered last ([`Command::RegisterNode`]); 0 for nodes that
+    /// predate it.
+    #[serde(default)]
+    pub incarnation: u64,
 }
 
 /// How a topic's messages map to fragments (`pirius.md` §7).
@@ -198,6 +202,13 @@ pub enum Command {
         now_ms: u64,
         /// Lease length, ms.
         lease_ms: u64,
+        /// The registering run of the node (its boot time in µs; 0 from nodes that predate
+        /// it). A new value means the node restarted: every fragment it leads moves to a new
+        /// leader epoch, led by it, so replicas holding bytes its previous run wrote and lost
+        /// (never flushed before a power loss) cut back to where the new epoch starts instead
+        /// of keeping them under different bytes at the same offsets (issue #13).
+        #[serde(default)]
+        incarnation: u64,
     },
     /// A node renews its lease.
     Heartbeat {

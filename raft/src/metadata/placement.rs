@@ -131,6 +131,38 @@ pub(crate) fn set_leader(f: &mut Fragment, to: NodeId) {
     }
 }
 
+/// Moves every fragment `node` leads to the next leader epoch, still led by `node`, and
+/// reports each as a change for `reason`: `node` restarted (a new run registered), and its
+/// previous run may have lost bytes it wrote but never flushed that replicas already copied.
+/// In a new epoch those replicas cut back to where it begins (KIP-101); in the same epoch
+/// the restarted leader would write different messages at offsets they already hold, and
+/// nobody would cut (issue #13: copies of equal length differing in the middle).
+pub(crate) fn new_leader_epochs(
+    topics: &mut BTreeMap<String, TopicRecord>,
+    node: NodeId,
+    reason: PlacementReason,
+) -> Vec<PlacementChange> {
+    let mut changes = Vec::new();
+    for (name, topic) in topics.iter_mut() {
+        for f in topic.fragments.iter_mut().filter(|f| f.leader == node) {
+            f.leader_epoch += 1;
+            f.last_change = Some(reason);
+            changes.push(PlacementChange {
+                topic: name.clone(),
+                fragment: f.id,
+                old_leader: node,
+                leader: node,
+                leader_epoch: f.leader_epoch,
+                replicas_added: Vec::new(),
+                replicas_removed: Vec::new(),
+                isr_removed: Vec::new(),
+                reason,
+            });
+        }
+    }
+    changes
+}
+
 /// Re-runs placement over every fragment of `topics`, given the `registered` nodes and the
 /// `live` ones (ascending), in four deterministic passes (topics by name, fragments by id):
 ///
