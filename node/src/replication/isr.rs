@@ -48,7 +48,12 @@ struct Expansion {
 #[derive(Default)]
 pub(crate) struct Expansions {
     by_topic: HashMap<String, Vec<Expansion>>,
+    /// When each topic last reported that an expansion held its mark back.
+    reported_hold: HashMap<String, Instant>,
 }
+
+/// Least time between two reports that an expansion holds a topic's mark back.
+const HOLD_REPORT_EVERY: Duration = Duration::from_secs(2);
 
 impl Expansions {
     /// Records that `next` was proposed as the ISR of `topic` in leader epoch `epoch` while the
@@ -117,6 +122,21 @@ impl Expansions {
     }
 }
 
+impl Expansions {
+    /// True when a hold of `topic`'s mark by a replica still being added should be logged
+    /// now (at most once per [`HOLD_REPORT_EVERY`]), so an operator can tell why acks wait.
+    pub(crate) fn report_hold(&mut self, topic: &str, now: Instant) -> bool {
+        let due = self
+            .reported_hold
+            .get(topic)
+            .is_none_or(|at| now.saturating_duration_since(*at) >= HOLD_REPORT_EVERY);
+        if due {
+            self.reported_hold.insert(topic.to_owned(), now);
+        }
+        due
+    }
+}
+
 /// Reports `outcome` in `slot` (called by the task that proposed the change).
 pub(crate) fn report(slot: &OutcomeSlot, outcome: Outcome) {
     if let Ok(mut s) = slot.lock() {
@@ -182,5 +202,15 @@ mod tests {
         // A shrink adds nobody and is not recorded.
         ex.proposed("u", 7, &[1, 2], &[1]);
         assert_eq!(ex.counted("u", 7, &[1], now), vec![1]);
+    }
+
+    #[test]
+    fn a_hold_is_reported_at_most_every_two_seconds_per_topic() {
+        let mut ex = Expansions::default();
+        let now = Instant::now();
+        assert!(ex.report_hold("t", now));
+        assert!(!ex.report_hold("t", now + Duration::from_millis(1999)));
+        assert!(ex.report_hold("u", now));
+        assert!(ex.report_hold("t", now + HOLD_REPORT_EVERY));
     }
 }

@@ -477,6 +477,17 @@ impl Leader {
                 if log.set_high_water(Some(next)).is_ok() {
                     self.waker.wake(&topic);
                 }
+            } else if counted.len() > frag.isr.len()
+                && next_high_water(&frag.isr, durable, needed, current).is_some()
+                && expansions.report_hold(&topic, now)
+            {
+                let adding: Vec<(NodeId, Option<u64>)> = counted
+                    .iter()
+                    .filter(|r| !frag.isr.contains(r))
+                    .map(|r| (*r, durable(*r)))
+                    .collect();
+                info!(topic = %topic, epoch = frag.epoch, isr = ?frag.isr, ?adding, mark = ?current,
+                      "high-water mark waits for replicas being added to the ISR");
             }
         }
     }
