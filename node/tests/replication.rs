@@ -911,6 +911,24 @@ fn a_restarted_former_leader_serves_nothing_that_is_then_cut() {
 /// messages where the leader now had others. A new run of a node must lead in a new epoch.
 #[test]
 fn a_leader_restarted_within_its_lease_leads_in_a_new_epoch_so_replicas_cut_what_it_lost() {
+    leader_loses_a_tail_and_restarts(false);
+}
+
+/// Issue #13 (attack on the fix above): the restart before the power loss recorded a new
+/// epoch at the end of a recovered tail that was not yet durable; the power loss kept the
+/// entry and lost the tail, so the next epoch was recorded past the log end as well and the
+/// replicas were not cut. Recovery now makes the kept tail durable first, and a reopened log
+/// drops epochs that start past its end.
+#[test]
+fn an_epoch_recorded_past_the_end_a_power_loss_left_is_dropped_and_replicas_still_cut() {
+    leader_loses_a_tail_and_restarts(true);
+}
+
+/// Three nodes, 20 messages of one size on every copy; the leader loses the last 5 in a
+/// power loss (after a first plain restart when `restarted_before`: its new epoch entry
+/// names the old end) and comes back, within its lease, with the others frozen for a moment.
+/// Every copy must end byte-identical, with every acknowledged message.
+fn leader_loses_a_tail_and_restarts(restarted_before: bool) {
     let mut c = Cluster::start_with("node.lease_ms = 5000\n");
     let leader = c.create("lost", 3);
     let others: Vec<u64> = (1..=3).filter(|n| *n != leader).collect();
@@ -936,13 +954,30 @@ fn a_leader_restarted_within_its_lease_leads_in_a_new_epoch_so_replicas_cut_what
         }),
         "every copy holds 20 messages"
     );
-    let epoch_before = c.fragment(leader, "lost")["leader_epoch"]
+    let mut epoch_before = c.fragment(leader, "lost")["leader_epoch"]
         .as_u64()
         .expect("epoch");
+    let dir = c.data[leader as usize - 1].join("lost");
+    if restarted_before {
+        let end = concat(&c.segments(leader, "lost")).len();
+        c.node(leader).kill9();
+        c.node(leader).restart();
+        // Its new epoch is recorded at the end of what it recovered.
+        assert!(
+            eventually(
+                || std::fs::read_to_string(dir.join(zper_store::EPOCHS_FILE))
+                    .is_ok_and(|h| h.ends_with(&format!(" {end}\n")))
+                    && c.fragment(leader, "lost")["leader"] == json!(leader)
+            ),
+            "the restarted leader records a new epoch at {end}"
+        );
+        epoch_before = c.fragment(leader, "lost")["leader_epoch"]
+            .as_u64()
+            .expect("epoch");
+    }
     // Power loss on the leader alone: messages 25-29 had reached the replicas but not the
     // leader's disk (nor its checksum sidecar, nor its high-water checkpoint).
     c.node(leader).kill9();
-    let dir = c.data[leader as usize - 1].join("lost");
     let (name, bytes) = c
         .segments(leader, "lost")
         .into_iter()

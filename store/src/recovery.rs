@@ -90,7 +90,21 @@ impl TopicLog {
             }
         }
         sync_dir(dir)?;
-        let epochs = crate::epochs::load(dir);
+        let mut epochs = crate::epochs::load(dir);
+        // Issue #13 (Kafka trims its leader-epoch cache the same way): an epoch recorded as
+        // starting past the recovered end names bytes that never became durable (a replica
+        // copies the leader's entries before it flushes what it fetched). Kept, a new epoch
+        // would be recorded there too, past the end, and a replica holding the lost bytes
+        // would not be told to cut them. The file follows at the next recorded epoch.
+        if epochs.last().is_some_and(|(_, s)| *s > written_end) {
+            warn!(
+                topic = name,
+                written_end,
+                history = ?epochs,
+                "leader epochs recorded past the recovered end are dropped"
+            );
+            epochs.retain(|(_, s)| *s <= written_end);
+        }
         // Issue #13: a replicated log serves nothing above the mark it last recorded until
         // replication confirms more (readers must not see what a new leader may cut).
         let recorded = crate::checkpoint::load(dir, !epochs.is_empty());
@@ -312,6 +326,13 @@ fn recover_tail(
             .map_err(|e| io("read", e))?;
         sums.appended(to, &buf);
         from = to;
+    }
+    if keep > covered {
+        // The kept tail may never have been made durable (a crash before the flush leaves it
+        // in the page cache): make it so before a checksum names it or a leader epoch is
+        // recorded at its end (issue #13: a power loss then kept an epoch starting past a
+        // log that had lost the tail, and a replica holding the lost bytes was not cut).
+        file.sync_data().map_err(|e| io("fsync", e))?;
     }
     if legacy || sums.entries != loaded {
         checksum::rewrite(&sums_path, &mut sums)

@@ -298,6 +298,48 @@ fn truncation_cuts_back_to_a_message_boundary_across_segments_and_survives_resta
     assert_eq!(all, expected);
 }
 
+/// Issue #13 (attack on the restart epoch): a restarted leader recorded its new epoch at the
+/// end of a recovered tail that was never made durable; a power loss kept the entry and lost
+/// the tail. The next epoch was then recorded past the log end too (the history only grows),
+/// and a replica holding the lost bytes was never told to cut them. Reopening drops entries
+/// that start past the recovered end, so the next epoch starts where the log really ends.
+#[test]
+fn a_reopened_log_drops_epochs_recorded_past_its_end() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let m = message(&[b"id".to_vec(), b"body".to_vec()]);
+    let len = m.len() as u64;
+    {
+        let store = Store::open(config(dir.path(), 1 << 20)).expect("open");
+        let t = store.topic_or_create("t").expect("t");
+        t.assign_epoch(1, 0).expect("epoch 1");
+        for _ in 0..3 {
+            t.append(&m).expect("append");
+        }
+        t.flush().expect("flush");
+        t.assign_epoch(2, 3 * len).expect("epoch 2");
+    }
+    // The power loss: the last message never reached the disk, the history did.
+    let seg = dir.path().join("t").join(format!("{:020}.dat", 0));
+    let bytes = fs::read(&seg).expect("segment");
+    fs::write(&seg, &bytes[..(2 * len) as usize]).expect("cut");
+    let sums = dir.path().join("t").join(format!("{:020}.crc", 0));
+    let raw = fs::read(&sums).expect("sidecar");
+    let keep = raw[8..]
+        .chunks_exact(16)
+        .take_while(|e| u64::from_le_bytes(e[..8].try_into().expect("8")) <= 2 * len)
+        .count();
+    fs::write(&sums, &raw[..8 + keep * 16]).expect("cut sidecar");
+    let store = Store::open(config(dir.path(), 1 << 20)).expect("reopen");
+    let t = store.topic_or_create("t").expect("t");
+    assert_eq!(t.written_end().expect("end"), 2 * len);
+    assert_eq!(t.epochs().expect("epochs"), vec![(1, 0)]);
+    t.assign_epoch(3, t.written_end().expect("end"))
+        .expect("epoch 3");
+    assert_eq!(t.epochs().expect("epochs"), vec![(1, 0), (3, 2 * len)]);
+    // A replica that holds the lost message in epoch 2 is told to cut back to 2 * len.
+    assert_eq!(t.end_offset_for(Some(2)).expect("end"), 2 * len);
+}
+
 #[test]
 fn the_epoch_history_answers_end_offsets_and_survives_truncation_and_restart() {
     let dir = tempfile::tempdir().expect("tmp");
