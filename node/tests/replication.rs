@@ -178,6 +178,19 @@ impl Cluster {
         self.produce(node, topic, ids, true)
     }
 
+    /// Sends `ids` in mode 0 (no ack) to `node`'s writer, bodies as [`Cluster::produce`]'s
+    /// (the socket lingers 1 s after, so they go out).
+    fn produce_unacked(&self, node: u64, topic: &str, ids: impl Iterator<Item = u32>) {
+        let endpoint = &self.nodes[node as usize - 1].writer;
+        let dealer = client(&self.ctx, zmq::DEALER, &identity(topic, 0), endpoint);
+        for id in ids {
+            let body = format!("message {id}");
+            dealer
+                .send_multipart([&id.to_be_bytes()[..], body.as_bytes()], 0)
+                .expect("send");
+        }
+    }
+
     fn produce(
         &self,
         node: u64,
@@ -935,18 +948,7 @@ fn leader_loses_a_tail_and_restarts(restarted_before: bool) {
     // Every message the same size ("message NN"), as in the chaos workload: offsets alone
     // cannot tell one from another.
     assert_eq!(c.produce_all(leader, "lost", 10..25).len(), 15);
-    let dealer = client(
-        &c.ctx,
-        zmq::DEALER,
-        &identity("lost", 0),
-        &c.nodes[leader as usize - 1].writer,
-    );
-    for id in 25u32..30 {
-        let body = format!("message {id}");
-        dealer
-            .send_multipart([&id.to_be_bytes()[..], body.as_bytes()], 0)
-            .expect("send");
-    }
+    c.produce_unacked(leader, "lost", 25..30);
     assert!(
         eventually(|| {
             let a = c.segments(leader, "lost");
@@ -1000,18 +1002,7 @@ fn leader_loses_a_tail_and_restarts(restarted_before: bool) {
         c.nodes[*n as usize - 1].pause();
     }
     c.node(leader).restart();
-    let dealer = client(
-        &c.ctx,
-        zmq::DEALER,
-        &identity("lost", 0),
-        &c.nodes[leader as usize - 1].writer,
-    );
-    for id in 40u32..45 {
-        let body = format!("message {id}");
-        dealer
-            .send_multipart([&id.to_be_bytes()[..], body.as_bytes()], 0)
-            .expect("send");
-    }
+    c.produce_unacked(leader, "lost", 40..45);
     std::thread::sleep(std::time::Duration::from_millis(500));
     for n in &others {
         c.nodes[*n as usize - 1].resume();
