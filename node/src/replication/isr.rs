@@ -120,9 +120,7 @@ impl Expansions {
         }
         out
     }
-}
 
-impl Expansions {
     /// True when a hold of `topic`'s mark by a replica still being added should be logged
     /// now (at most once per [`HOLD_REPORT_EVERY`]), so an operator can tell why acks wait.
     pub(crate) fn report_hold(&mut self, topic: &str, now: Instant) -> bool {

@@ -78,6 +78,16 @@ struct Snapshot {
     retain_hours: HashMap<String, u32>,
 }
 
+impl Snapshot {
+    /// True while this run's lease ends after now (wall clock, as the leases are).
+    fn lease_current(&self) -> bool {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        self.own_lease.is_some_and(|until| until > now)
+    }
+}
+
 /// Shared, cheaply readable placement of every fragment, by store key.
 #[derive(Debug, Clone)]
 pub struct PlacementView {
@@ -190,14 +200,7 @@ impl PlacementView {
     /// a restarted node waits for its registration, which moves what it leads to a new
     /// leader epoch (issue #13).
     pub fn lease_current(&self) -> bool {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        self.inner
-            .read()
-            .ok()
-            .and_then(|s| s.own_lease)
-            .is_some_and(|until| until > now)
+        self.inner.read().is_ok_and(|s| s.lease_current())
     }
 
     /// This node's role for the fragment stored under `key` (a topic name: its fragment 0).
@@ -210,10 +213,7 @@ impl PlacementView {
             None => Role::Local,
             Some(f) if f.leader == self.me && !f.replicated() => Role::Local,
             Some(f) if f.leader == self.me => {
-                let now = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_millis() as u64);
-                if s.own_lease.is_some_and(|until| until > now) {
+                if s.lease_current() {
                     Role::Leader {
                         epoch: f.epoch,
                         in_sync: f.isr.len(),
