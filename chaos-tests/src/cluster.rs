@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 use testcontainers::core::{Mount, WaitFor};
@@ -22,26 +22,6 @@ pub const IMAGE: (&str, &str) = ("zper", "chaos");
 /// HTTP admin port inside the containers.
 pub const HTTP: u16 = 9644;
 
-/// The zper binary under test: `$ZPER_BIN`, else `target/<profile>/zper` next to this test.
-fn binary() -> PathBuf {
-    if let Some(p) = std::env::var_os("ZPER_BIN") {
-        return PathBuf::from(p);
-    }
-    let exe = std::env::current_exe().expect("test executable");
-    // target/<profile>/deps/<test> -> target/<profile>/zper
-    let bin = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .map(|p| p.join("zper"))
-        .expect("target dir");
-    assert!(
-        bin.exists(),
-        "{} not built: run `cargo build -p zper` (or `cargo test --workspace`), or set ZPER_BIN",
-        bin.display()
-    );
-    bin
-}
-
 /// Builds `zper:chaos` from the binary under test, once per process.
 pub fn ensure_image() {
     static BUILT: OnceLock<()> = OnceLock::new();
@@ -52,7 +32,7 @@ pub fn ensure_image() {
             .expect("workspace root")
             .to_owned();
         let out = std::process::Command::new(root.join("scripts/docker-image.sh"))
-            .env("ZPER_BIN", binary())
+            .env("ZPER_BIN", zper_testkit::zper_binary())
             .env("IMAGE", format!("{}:{}", IMAGE.0, IMAGE.1))
             .output()
             .expect("run scripts/docker-image.sh");
@@ -113,15 +93,8 @@ fn http_get(addr: &str, path: &str) -> Option<(u16, Value)> {
 }
 
 /// Polls `cond` every 100 ms until it holds or `limit` passes.
-pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + limit;
-    while Instant::now() < end {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    cond()
+pub fn wait_until(limit: Duration, cond: impl FnMut() -> bool) -> bool {
+    zper_testkit::eventually_every(limit, Duration::from_millis(100), cond)
 }
 
 impl Cluster {

@@ -19,6 +19,11 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use zper_client::admin::CreateTopic;
+use zper_client::dolly::DollyReply;
+use zper_client::{
+    AckMode, AdminClient, ClientError, DollyClient, Producer, ProducerOptions, ReaderClient,
+};
 use zper_wire::{Identity, Records};
 
 use crate::cluster::{wait_until, Cluster};
@@ -71,16 +76,15 @@ fn identity(mode: u8, n: u64) -> Vec<u8> {
         .unwrap_or_default()
 }
 
-fn socket(ctx: &zmq::Context, kind: zmq::SocketType, id: &[u8], at: &str) -> Option<zmq::Socket> {
-    let s = ctx.socket(kind).ok()?;
-    if !id.is_empty() {
-        s.set_identity(id).ok()?;
-    }
-    s.set_linger(0).ok()?;
-    s.set_rcvtimeo(3000).ok()?;
-    s.set_sndtimeo(1000).ok()?;
-    s.connect(at).ok()?;
-    Some(s)
+/// A producer for [`TOPIC`] with a known identity (`n` in its UUID) connected to `at`:
+/// 3 s for a reply, 1 s to queue a message, nothing kept after a close.
+fn producer(ctx: &zmq::Context, mode: AckMode, n: u64, at: &str) -> Option<Producer> {
+    let mut opts = ProducerOptions::new(TOPIC, mode).timeout(Duration::from_secs(3));
+    opts.identity = Some(identity(mode.to_byte(), n));
+    let p = Producer::connect(ctx, &[at.to_owned()], &opts).ok()?;
+    p.socket().set_linger(0).ok()?;
+    p.socket().set_sndtimeo(1000).ok()?;
+    Some(p)
 }
 
 impl Workload {
@@ -178,31 +182,30 @@ fn mode2(
 ) {
     let ctx = zmq::Context::new();
     let mut turn = 0u64;
-    let mut s = None;
+    let mut p = None;
     while running(stop, deadline) {
-        if s.is_none() {
+        if p.is_none() {
             turn += 1;
             let at = format!("tcp://{}:{WRITER}", ip(ips, turn));
-            s = socket(&ctx, zmq::REQ, &identity(2, 1_000_000 + turn), &at);
+            p = producer(&ctx, AckMode::PerMessage, 1_000_000 + turn, &at);
         }
-        let Some(sock) = &s else {
+        let Some(producer) = &p else {
             std::thread::sleep(Duration::from_millis(100));
             continue;
         };
         let id = ids.fetch_add(1, Ordering::Relaxed);
-        let sent = sock.send_multipart([&id.to_be_bytes()[..], b"mode2"], 0);
-        match sent.and_then(|_| sock.recv_multipart(0)) {
-            // `[id]` is the ack; `[id][status]` a refusal (docs/protocol.md).
-            Ok(reply) if reply.len() == 1 && reply[0] == id.to_be_bytes() => {
+        // `Ok` is the ack of this id; a refusal (docs/protocol.md) or a timeout is not.
+        match producer.send(&[&id.to_be_bytes()[..], b"mode2"]) {
+            Ok(()) => {
                 if let Ok(mut a) = acked.lock() {
                     a.messages.insert(id);
                 }
                 // Spread over the nodes: a new connection every 50 messages.
                 if id.is_multiple_of(50) {
-                    s = None;
+                    p = None;
                 }
             }
-            _ => s = None,
+            Err(_) => p = None,
         }
     }
 }
@@ -221,15 +224,16 @@ fn mode1(
     while running(stop, deadline) {
         turn += 1;
         let at = format!("tcp://{}:{WRITER}", ip(ips, turn));
-        let Some(s) = socket(&ctx, zmq::DEALER, &identity(1, 2_000_000 + turn), &at) else {
+        let Some(p) = producer(&ctx, AckMode::PerFlush, 2_000_000 + turn, &at) else {
             std::thread::sleep(Duration::from_millis(100));
             continue;
         };
+        let s = p.socket();
         // ZeroMQ reconnects silently and drops what was in flight on the broken connection
         // (a node restarted or lost power), so an ack received after a reconnect vouches for
         // its own id only, not for the earlier ones of the window (docs/protocol.md). The
         // monitor tells when the connection broke.
-        let Some(monitor) = disconnect_monitor(&ctx, &s) else {
+        let Some(monitor) = disconnect_monitor(&ctx, s) else {
             continue;
         };
         // A few windows per connection, then the next node.
@@ -238,19 +242,17 @@ fn mode1(
                 .map(|_| ids.fetch_add(1, Ordering::Relaxed))
                 .collect();
             for id in &window {
-                if s.send_multipart([&id.to_be_bytes()[..], b"mode1"], 0)
-                    .is_err()
-                {
+                if p.send(&[&id.to_be_bytes()[..], b"mode1"]).is_err() {
                     break 'conn;
                 }
             }
             let last = *window.last().unwrap_or(&0);
             loop {
-                match s.recv_multipart(0) {
-                    // `[id][status]`: a refusal (103, 104, 105; docs/protocol.md), not an ack.
-                    Ok(reply) if reply.len() != 1 => break 'conn,
-                    Ok(ack) => {
-                        let Ok(bytes) = <[u8; 8]>::try_from(ack[0].as_slice()) else {
+                // A refusal `[id][status]` (103, 104, 105; docs/protocol.md) is an error.
+                match p.next_ack(true) {
+                    Ok(None) => break 'conn,
+                    Ok(Some(ack)) => {
+                        let Ok(bytes) = <[u8; 8]>::try_from(ack.as_slice()) else {
                             break 'conn;
                         };
                         let upto = u64::from_be_bytes(bytes);
@@ -310,24 +312,20 @@ fn dolly(ips: &Mutex<Vec<String>>, stop: &AtomicBool, acked: &Mutex<Acked>, dead
     while running(stop, deadline) {
         n += 1;
         let at = format!("tcp://{}:{DOLLY}", ip(ips, n));
-        let Some(s) = socket(&ctx, zmq::DEALER, &[], &at) else {
+        let Ok(client) = DollyClient::connect(&ctx, &at) else {
             continue;
         };
         for _ in 0..20 {
             n += 1;
             let key = format!("key{n}").into_bytes();
             let value = format!("value{n}").into_bytes();
-            let frames = [&b"Put"[..], &[0u8; 8], &key, &value];
-            match s
-                .send_multipart(frames, 0)
-                .and_then(|_| s.recv_multipart(0))
-            {
-                Ok(r) if r.first().map(Vec::as_slice) == Some(b"Put") => {
+            match client.put(&key, &value, Duration::from_secs(3)) {
+                Ok(DollyReply::Value { .. }) => {
                     if let Ok(mut a) = acked.lock() {
                         a.puts.insert(key, value);
                     }
                 }
-                Ok(_) => {}
+                Ok(DollyReply::Error(_)) => {}
                 Err(_) => break,
             }
             if !running(stop, deadline) {
@@ -366,29 +364,14 @@ fn consumer(ips: &Mutex<Vec<String>>, stop: &AtomicBool, acked: &Mutex<Acked>, d
             if !woken {
                 continue;
             }
-            let Some(r) = socket(
-                &ctx,
-                zmq::DEALER,
-                &identity(0, 4_000_000 + i as u64),
-                &format!("tcp://{ip}:{READER}"),
-            ) else {
+            let at = format!("tcp://{ip}:{READER}");
+            let Ok(r) = ReaderClient::connect(&ctx, &at, TOPIC, Duration::from_secs(3)) else {
                 continue;
             };
-            let frames = [
-                b"FETCH".to_vec(),
-                (*offset as i64).to_be_bytes().to_vec(),
-                (1i64 << 20).to_be_bytes().to_vec(),
-            ];
-            let Ok(reply) = r
-                .send_multipart(frames, 0)
-                .and_then(|_| r.recv_multipart(0))
-            else {
-                continue;
-            };
-            if reply.len() == 2 && reply[0] == [100u8] {
-                let whole = zper_wire::whole_message_len(&reply[1]);
+            if let Ok(Some(data)) = r.fetch(*offset as u64, 1 << 20) {
+                let whole = zper_wire::whole_message_len(&data);
                 let base = *offset;
-                let read: Vec<(u64, usize)> = messages(&reply[1][..whole])
+                let read: Vec<(u64, usize)> = messages(&data[..whole])
                     .into_iter()
                     .map(|(id, at)| (id, base + at))
                     .collect();
@@ -405,34 +388,29 @@ fn consumer(ips: &Mutex<Vec<String>>, stop: &AtomicBool, acked: &Mutex<Acked>, d
 /// Metadata writes: topic creations through every node in turn; also samples every node's
 /// view of [`TOPIC`]'s leader and epoch.
 fn topics(ips: &Mutex<Vec<String>>, stop: &AtomicBool, acked: &Mutex<Acked>, deadline: Instant) {
-    let Ok(client) = reqwest::blocking::Client::builder()
-        .timeout(Duration::from_secs(3))
-        .build()
-    else {
-        return;
+    let admin = |n: u64| {
+        AdminClient::new(
+            &format!("{}:9644", ip(ips, n)),
+            None,
+            Duration::from_secs(3),
+        )
     };
     let mut n = 0u64;
     while running(stop, deadline) {
         n += 1;
         let name = format!("meta{n}");
-        let url = format!("http://{}:9644/v1/topics/{name}", ip(ips, n));
-        if client
-            .post(url)
-            .body(r#"{"replication_factor": 1}"#)
-            .send()
-            .is_ok_and(|r| r.status().as_u16() == 201)
-        {
+        let spec = CreateTopic {
+            replication_factor: Some(1),
+            ..CreateTopic::default()
+        };
+        if admin(n).is_ok_and(|c| c.create_topic(&name, &spec).is_ok()) {
             if let Ok(mut a) = acked.lock() {
                 a.topics.insert(name);
             }
         }
         for i in 0..3 {
-            let url = format!("http://{}:9644/v1/raft", ip(ips, i));
-            if let Ok(v) = client
-                .get(url)
-                .send()
-                .and_then(|r| r.json::<serde_json::Value>())
-            {
+            let Ok(client) = admin(i) else { continue };
+            if let Ok(v) = client.raft() {
                 if let (Some(term), Some(id), Some("Leader")) =
                     (v["term"].as_u64(), v["id"].as_u64(), v["state"].as_str())
                 {
@@ -441,12 +419,7 @@ fn topics(ips: &Mutex<Vec<String>>, stop: &AtomicBool, acked: &Mutex<Acked>, dea
                     }
                 }
             }
-            let url = format!("http://{}:9644/v1/topics/{TOPIC}", ip(ips, i));
-            if let Ok(v) = client
-                .get(url)
-                .send()
-                .and_then(|r| r.json::<serde_json::Value>())
-            {
+            if let Ok(v) = client.topic(TOPIC) {
                 let f = &v["fragments"][0];
                 if let (Some(e), Some(l)) = (f["leader_epoch"].as_u64(), f["leader"].as_u64()) {
                     if let Ok(mut a) = acked.lock() {
@@ -502,29 +475,21 @@ pub struct CheckReport {
 
 /// Reads node `ip`'s whole copy of [`TOPIC`] with FETCH from 0.
 fn read_log(ctx: &zmq::Context, ip: &str) -> Option<Vec<u8>> {
-    let s = socket(
-        ctx,
-        zmq::DEALER,
-        &identity(0, 3_000_000),
-        &format!("tcp://{ip}:{READER}"),
-    )?;
+    let at = format!("tcp://{ip}:{READER}");
+    let r = ReaderClient::connect(ctx, &at, TOPIC, Duration::from_secs(3)).ok()?;
     let mut out = Vec::new();
     loop {
-        let frames = [
-            b"FETCH".to_vec(),
-            (out.len() as i64).to_be_bytes().to_vec(),
-            (1i64 << 20).to_be_bytes().to_vec(),
-        ];
-        s.send_multipart(frames, 0).ok()?;
-        let reply = s.recv_multipart(0).ok()?;
-        if reply.first().map(Vec::as_slice) != Some(&[100u8][..]) || reply.len() != 2 {
-            return Some(out);
-        }
-        let valid = zper_wire::valid_bytes(&reply[1]);
+        let data = match r.fetch(out.len() as u64, 1 << 20) {
+            Ok(Some(data)) => data,
+            // 101 past the end, or another status: the log read so far.
+            Ok(None) | Err(ClientError::Malformed { .. }) => return Some(out),
+            Err(_) => return None,
+        };
+        let valid = zper_wire::valid_bytes(&data);
         if valid == 0 {
             return Some(out);
         }
-        out.extend_from_slice(&reply[1][..valid]);
+        out.extend_from_slice(&data[..valid]);
     }
 }
 
@@ -633,15 +598,15 @@ pub fn check(cluster: &Cluster, acked: &Acked) -> CheckReport {
     // Dolly: every acknowledged Put readable on every node.
     let mut lost_puts = BTreeSet::new();
     for n in &cluster.nodes {
-        let Some(s) = socket(&ctx, zmq::DEALER, &[], &format!("tcp://{}:{DOLLY}", n.ip)) else {
+        let Ok(client) = DollyClient::connect(&ctx, &format!("tcp://{}:{DOLLY}", n.ip)) else {
             lost_puts.extend(acked.puts.keys().cloned());
             continue;
         };
         for (k, v) in &acked.puts {
-            let ok = s
-                .send_multipart([&b"Get"[..], &[0u8; 8], k, b""], 0)
-                .and_then(|_| s.recv_multipart(0))
-                .is_ok_and(|r| r.len() == 4 && r[0] == b"Put" && r[3] == *v);
+            let ok = matches!(
+                client.get(k, Duration::from_secs(3)),
+                Ok(DollyReply::Value { value, .. }) if value == *v
+            );
             if !ok {
                 lost_puts.insert(k.clone());
             }

@@ -12,7 +12,8 @@ use zper_raft::metadata::{Command, MetadataError};
 use zper_raft::{ClusterConfig, ClusterNode, NodeEndpoints};
 
 use crate::config::NodeConfig;
-use crate::node::{Endpoints, NodeError};
+use crate::endpoint::Endpoints;
+use crate::error::NodeError;
 
 /// A running cluster member.
 pub(crate) struct Member {

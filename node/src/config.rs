@@ -24,13 +24,8 @@ pub enum ConfigError {
         message: String,
     },
     /// Dolly's `peers.json` (key `dolly.peers`) is unreadable or invalid (`dolly.md` §2).
-    #[error("dolly.peers {path}: {message}")]
-    DollyPeers {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong.
-        message: String,
-    },
+    #[error(transparent)]
+    DollyPeers(#[from] crate::dolly_peers::PeersError),
     /// A value that does not parse or is out of range.
     #[error("config key `{key}`: invalid value {value:?}: {expected}")]
     Value {

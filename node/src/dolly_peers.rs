@@ -12,8 +12,17 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use serde::Deserialize;
+use thiserror::Error;
 
-use crate::config::ConfigError;
+/// Dolly's `peers.json` (key `dolly.peers`) is unreadable or invalid (`dolly.md` §2).
+#[derive(Debug, Error)]
+#[error("dolly.peers {path}: {message}")]
+pub struct PeersError {
+    /// The file.
+    pub path: std::path::PathBuf,
+    /// What is wrong.
+    pub message: String,
+}
 
 /// One peer of `peers.json`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -37,8 +46,8 @@ pub struct DollyPeer {
     pub requests: u16,
 }
 
-fn invalid(path: &Path, message: impl Into<String>) -> ConfigError {
-    ConfigError::DollyPeers {
+fn invalid(path: &Path, message: impl Into<String>) -> PeersError {
+    PeersError {
         path: path.to_owned(),
         message: message.into(),
     }
@@ -48,7 +57,7 @@ fn invalid(path: &Path, message: impl Into<String>) -> ConfigError {
 ///
 /// Errors: unreadable file; not a JSON array of peer objects (numbers must fit in 16 bits);
 /// an empty array ("no replicas configured", as the original says); a duplicate pid or name.
-pub fn load(path: &Path) -> Result<Vec<DollyPeer>, ConfigError> {
+pub fn load(path: &Path) -> Result<Vec<DollyPeer>, PeersError> {
     let text = std::fs::read(path).map_err(|e| invalid(path, e.to_string()))?;
     parse(&text).map_err(|m| invalid(path, m))
 }
@@ -84,7 +93,7 @@ pub fn local(
     name: Option<String>,
     node_id: u64,
     needed: [bool; 3],
-) -> Result<DollyPeer, ConfigError> {
+) -> Result<DollyPeer, PeersError> {
     let found = match &name {
         Some(n) => peers.iter().find(|p| &p.name == n),
         None => peers.iter().find(|p| u64::from(p.pid) == node_id),

@@ -1,17 +1,20 @@
-//! zper: the node binary's library. Composes the segment store (`zper-store`) and the ZPER wire
-//! codecs (`zper-wire`) into the writer, reader and ack endpoints of spec `zper.md`, plus the
-//! configuration and the CLI. zmq lives here and only here.
+//! zper-node: the server library. Composes the segment store (`zper-store`), the ZPER wire
+//! codecs (`zper-wire`) and the Raft metadata (`zper-raft`, `zper-http`) into the writer,
+//! reader, ack, controller, relay, replication and Dolly endpoints of spec `zper.md`, plus the
+//! node's configuration. The `zper` binary (`cli/`) starts it with [`Node::start`]; clients
+//! live in `zper-client`.
 
-pub mod cli;
 mod cluster;
 pub mod config;
 pub mod dolly_peers;
 pub mod endpoint;
+pub mod error;
 pub mod memory;
 pub mod metrics;
 pub mod node;
+pub mod produce;
 pub mod replication;
-pub mod subscriber;
+mod sockets;
 
 pub use config::{ConfigError, NodeConfig};
 pub use node::{Endpoints, Node, NodeError};

@@ -5,13 +5,15 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
-use thiserror::Error;
 use tracing::{error, info, warn};
-use zper_store::{Store, StoreError};
+use zper_store::Store;
 
 use crate::config::NodeConfig;
-use crate::endpoint::{ack, reader, writer};
+pub use crate::endpoint::Endpoints;
+use crate::endpoint::{ack, reader};
+pub use crate::error::NodeError;
 use crate::metrics::Counters;
+use crate::produce as writer;
 
 /// Unread acks queued per producer connection before further acks to it are dropped.
 pub const WRITER_ACK_HWM: i32 = 100_000;
@@ -20,70 +22,6 @@ pub const READER_REPLY_HWM: i32 = 16;
 /// Replica fetch replies libzmq queues per replica connection before dropping (and counting)
 /// further ones: a follower has one fetch in flight per topic it follows.
 pub const REPLICA_REPLY_HWM: i32 = 64;
-
-/// Why a node could not start or stop cleanly.
-#[derive(Debug, Error)]
-pub enum NodeError {
-    /// The store could not be opened or flushed.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// A socket could not be bound (address in use, bad endpoint).
-    #[error("cannot bind {endpoint}: {source}")]
-    Bind {
-        /// The endpoint.
-        endpoint: String,
-        /// The zmq error.
-        source: zmq::Error,
-    },
-    /// Any other zmq failure while setting up.
-    #[error("zmq: {0}")]
-    Zmq(#[from] zmq::Error),
-    /// The HTTP admin address could not be bound (or the runtime could not start).
-    #[error("cannot bind http {endpoint}: {source}")]
-    Http {
-        /// The address.
-        endpoint: String,
-        /// The OS error.
-        source: std::io::Error,
-    },
-    /// The configuration contradicts itself (message names the keys).
-    #[error("config: {0}")]
-    Config(String),
-    /// Raft could not start (boxed: openraft's errors are large).
-    #[error("raft: {0}")]
-    Cluster(Box<zper_raft::ClusterError>),
-}
-
-impl From<zper_raft::ClusterError> for NodeError {
-    fn from(e: zper_raft::ClusterError) -> Self {
-        NodeError::Cluster(Box::new(e))
-    }
-}
-
-/// The endpoints a node actually bound (ports resolved when the config asked for `*` or `0`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Endpoints {
-    /// Writer ROUTER.
-    pub writer: String,
-    /// Reader ROUTER.
-    pub reader: String,
-    /// Ack PUB.
-    pub ack: String,
-    /// Controller ROUTER.
-    pub controller: String,
-    /// Replication ROUTER (issue #4).
-    pub replica: String,
-    /// Relay ROUTER: push delivery to subscribers (issue #7).
-    pub relay: String,
-    /// Dolly requests ROUTER (issue #5).
-    pub dolly_requests: String,
-    /// Dolly updates PUB, bound while this node leads (the port is resolved at start).
-    pub dolly_updates: String,
-    /// Dolly snapshots ROUTER, bound while this node leads.
-    pub dolly_snapshots: String,
-    /// HTTP admin (and Raft) address, `host:port`.
-    pub http: String,
-}
 
 /// Flush notices queued between the writer workers and the ack PUB thread, at most.
 pub const NOTICE_QUEUE: usize = 10_000;

@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use zper::metrics::Counters;
+use zper_node::metrics::Counters;
 use zper_wire::encode_record;
 
 fn perf_message() -> Vec<u8> {

@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use zper::metrics::Counters;
+use zper_node::metrics::Counters;
 use zper_wire::encode_record;
 
 fn stored(frames: &[&[u8]]) -> Vec<u8> {

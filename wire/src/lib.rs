@@ -13,6 +13,7 @@ pub mod reader;
 pub mod record;
 pub mod relay;
 pub mod replication;
+pub mod status;
 
 pub use identity::{topic_hash, AckMode, Identity, IdentityError, MAX_TOPIC_LEN};
 
@@ -20,25 +21,26 @@ pub use identity::{topic_hash, AckMode, Identity, IdentityError, MAX_TOPIC_LEN};
 /// the topic's fragment has fewer in-sync replicas than `min_insync`, so the message was not
 /// stored. Mode 1 gets `[message id][103]`, mode 2 `[empty][message id][103]`; a plain ack has
 /// no status frame. (ZPER's reader statuses are 100-102; 103 continues the family.)
-pub const WRITER_NOT_ENOUGH_REPLICAS: u8 = 103;
+pub const WRITER_NOT_ENOUGH_REPLICAS: u8 = Status::NotEnoughReplicas as u8;
 
 /// Status frame of a writer reply from a cluster node that does not lead the topic's
 /// fragment (issue #4): the message was not stored; send it to the leader (controller
 /// `TOPIC`, `/v1/topics/{name}`). Same frame layout as [`WRITER_NOT_ENOUGH_REPLICAS`].
-pub const WRITER_NOT_LEADER: u8 = 104;
+pub const WRITER_NOT_LEADER: u8 = Status::NotLeader as u8;
 
 /// Status frame of a writer reply when a new topic could not be created through the cluster
 /// metadata (no quorum, no live node; issue #4): the message was not stored, retry later.
-pub const WRITER_UNAVAILABLE: u8 = 105;
+pub const WRITER_UNAVAILABLE: u8 = Status::Unavailable as u8;
 
 /// Status frame of a writer reply when this node could not store the message (issue #13: the
 /// disk is full or failing): nothing was stored or acknowledged; retry later or on another
 /// node. Same frame layout as [`WRITER_NOT_ENOUGH_REPLICAS`]; the byte is the reader's
 /// `INTERNAL_ERROR` (0xFF, "the store failed").
-pub const WRITER_STORE_FAILED: u8 = 0xFF;
+pub const WRITER_STORE_FAILED: u8 = Status::InternalError as u8;
 pub use identity::{topic_of, validate_topic};
-pub use reader::{ReaderReply, ReaderRequest, RequestError, Status, Timestamp};
+pub use reader::{ReaderReply, ReaderRequest, RequestError, Timestamp};
 pub use record::{
     encode_record, encoded_len, valid_bytes, whole_message_len, DecodeError, Record, Records,
     FLAG_LONG, FLAG_MORE,
 };
+pub use status::Status;

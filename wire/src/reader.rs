@@ -12,37 +12,7 @@ pub const FETCH: &[u8] = b"FETCH";
 /// Command word of an OFFSET request.
 pub const OFFSET: &[u8] = b"OFFSET";
 
-/// Reply status byte (§5.2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum Status {
-    /// 100: OK; offsets or data follow.
-    Ok = 100,
-    /// 101: the offset is not in the log, or the timestamp precedes every segment.
-    InvalidOffset = 101,
-    /// 102: unknown command or malformed request.
-    InvalidCommand = 102,
-    /// 0xFF (-1): the store failed to read; the connection stays usable in zper.
-    InternalError = 0xFF,
-}
-
-impl Status {
-    /// The byte on the wire.
-    pub fn byte(self) -> u8 {
-        self as u8
-    }
-
-    /// Parses a status frame (exactly one byte).
-    pub fn from_frame(frame: &[u8]) -> Option<Status> {
-        match frame {
-            [100] => Some(Status::Ok),
-            [101] => Some(Status::InvalidOffset),
-            [102] => Some(Status::InvalidCommand),
-            [0xFF] => Some(Status::InternalError),
-            _ => None,
-        }
-    }
-}
+pub use crate::status::Status;
 
 /// Timestamp argument of OFFSET (§5.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,16 +8,36 @@ pub(crate) mod dolly_leader;
 pub(crate) mod monitor;
 pub mod reader;
 pub(crate) mod relay;
-pub mod writer;
+
+/// The endpoints a node actually bound (ports resolved when the config asked for `*` or `0`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoints {
+    /// Writer ROUTER.
+    pub writer: String,
+    /// Reader ROUTER.
+    pub reader: String,
+    /// Ack PUB.
+    pub ack: String,
+    /// Controller ROUTER.
+    pub controller: String,
+    /// Replication ROUTER (issue #4).
+    pub replica: String,
+    /// Relay ROUTER: push delivery to subscribers (issue #7).
+    pub relay: String,
+    /// Dolly requests ROUTER (issue #5).
+    pub dolly_requests: String,
+    /// Dolly updates PUB, bound while this node leads (the port is resolved at start).
+    pub dolly_updates: String,
+    /// Dolly snapshots ROUTER, bound while this node leads.
+    pub dolly_snapshots: String,
+    /// HTTP admin (and Raft) address, `host:port`.
+    pub http: String,
+}
 
 /// How often endpoint loops wake to check for shutdown, ms.
 pub(crate) const POLL_MS: i64 = 100;
 
-/// Sends a multipart message without blocking; false when it could not be delivered (peer gone,
-/// queue full). Used for every reply, so one slow or vanished client never blocks the endpoint.
-pub(crate) fn try_send(socket: &zmq::Socket, frames: Vec<Vec<u8>>) -> bool {
-    socket.send_multipart(frames, zmq::DONTWAIT).is_ok()
-}
+pub(crate) use crate::sockets::try_send;
 
 /// A request as a ROUTER delivers it, split into the routing id, whether it came in a REQ
 /// envelope (an empty first frame followed by the request), and the request frames.
@@ -80,32 +100,4 @@ pub(crate) fn worker_replies(
         pushes.push(push);
     }
     Ok((pull, pushes))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_reply_to_an_unknown_peer_is_refused_not_blocking() {
-        // The writer's and reader's ROUTERs are mandatory: a reply to a peer that is gone
-        // fails at once (and the endpoints count it) instead of being silently queued.
-        let ctx = zmq::Context::new();
-        let router = ctx.socket(zmq::ROUTER).expect("socket");
-        router.set_router_mandatory(true).expect("mandatory");
-        router.bind("inproc://try-send-test").expect("bind");
-        assert!(!try_send(
-            &router,
-            vec![b"nobody".to_vec(), b"ack".to_vec()]
-        ));
-        let dealer = ctx.socket(zmq::DEALER).expect("socket");
-        dealer.set_identity(b"somebody").expect("identity");
-        dealer.connect("inproc://try-send-test").expect("connect");
-        dealer.send("hello", 0).expect("send");
-        let _ = router.recv_multipart(0).expect("recv");
-        assert!(try_send(
-            &router,
-            vec![b"somebody".to_vec(), b"ack".to_vec()]
-        ));
-    }
 }

@@ -17,8 +17,8 @@ use zper_wire::replication::{FetchReply, FetchRequest};
 
 use super::view::{FragmentView, PlacementView};
 use super::Waker;
-use crate::endpoint::try_send;
 use crate::metrics::Counters;
+use crate::sockets::try_send;
 
 /// Longest a caught-up fetch waits for new data before an empty answer (which still carries
 /// the high-water mark).

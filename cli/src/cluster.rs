@@ -1,0 +1,88 @@
+//! `zper cluster status|ready|add-node|remove-node`: the admin API's cluster view and
+//! membership (issue #3) as commands.
+
+use anyhow::Result;
+use clap::Subcommand;
+use serde_json::json;
+use zper_client::Endpoints;
+
+use crate::output::{ids, print, text, AdminTarget};
+
+/// `zper cluster` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum ClusterCommand {
+    /// Raft state and brokers.
+    Status,
+    /// Exit 0 when this node is ready (`GET /v1/status/ready`: a member that knows a leader
+    /// and has applied its log), else 1: a container health check.
+    Ready,
+    /// Add a node as learner, then voter (run against the leader).
+    AddNode {
+        /// The new node's id.
+        #[arg(long)]
+        id: u64,
+        /// Its HTTP admin address, host:port.
+        #[arg(long)]
+        http: String,
+    },
+    /// Remove a node from the voters (run against the leader).
+    RemoveNode {
+        /// Node id.
+        id: u64,
+    },
+}
+
+/// Runs `zper cluster ...`.
+pub fn run(cmd: ClusterCommand, target: &AdminTarget, defaults: &Endpoints) -> Result<()> {
+    let api = target.client(defaults)?;
+    match cmd {
+        ClusterCommand::Status => {
+            let raft = api.raft()?;
+            let brokers = api.brokers()?;
+            let v = json!({ "raft": raft, "brokers": brokers });
+            print(target.json, &v, |v| {
+                let r = &v["raft"];
+                let mut out = format!(
+                    "term {}  leader {}  voters {}  learners {}\n\n{:>4} {:<12} {:>5} {:>6} {:<28} {}\n",
+                    text(&r["term"]), text(&r["leader"]), ids(&r["voters"]), ids(&r["learners"]),
+                    "ID", "NAME", "LIVE", "LEADER", "WRITER", "READER"
+                );
+                for b in v["brokers"].as_array().into_iter().flatten() {
+                    out += &format!(
+                        "{:>4} {:<12} {:>5} {:>6} {:<28} {}\n",
+                        text(&b["id"]),
+                        b["endpoints"]["name"].as_str().unwrap_or(""),
+                        text(&b["live"]),
+                        if b["id"] == r["leader"] { "*" } else { "" },
+                        b["endpoints"]["writer"].as_str().unwrap_or(""),
+                        b["endpoints"]["reader"].as_str().unwrap_or("")
+                    );
+                }
+                out
+            });
+        }
+        ClusterCommand::Ready => {
+            let v = api.ready()?;
+            print(target.json, &v, |v| {
+                format!(
+                    "ready: leader {}, applied {}\n",
+                    text(&v["leader"]),
+                    text(&v["last_applied"])
+                )
+            });
+        }
+        ClusterCommand::AddNode { id, http } => {
+            let v = api.add_node(id, &http)?;
+            print(target.json, &v, |v| {
+                format!("voters {}\n", ids(&v["voters"]))
+            });
+        }
+        ClusterCommand::RemoveNode { id } => {
+            api.remove_node(id)?;
+            if !target.json {
+                println!("removed node {id}");
+            }
+        }
+    }
+    Ok(())
+}

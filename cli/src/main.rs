@@ -1,0 +1,81 @@
+//! `zper`: run a node (default) or use the CLI tools. See `zper --help`.
+//!
+//! The binary is argument parsing and output only: `zper run` starts the server from
+//! `zper-node`; every other command talks to nodes through `zper-client`, one module each.
+
+mod args;
+mod cluster;
+mod consume;
+mod dolly;
+mod duration;
+mod output;
+mod perf;
+mod produce;
+mod run;
+mod subscribe;
+mod targets;
+mod topics;
+
+use std::io::Write;
+
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+use args::{Cli, Command};
+use targets::targets;
+
+/// jemalloc: its statistics are the node's memory budget (`zper_node::memory`), and it returns
+/// freed memory to the system.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,openraft=error".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let cli = Cli::parse();
+    let config = cli.config.as_deref();
+    let result = match cli.command {
+        None => run::run(config, &run::RunArgs::default()),
+        Some(Command::Run(args)) => run::run(config, &args),
+        Some(Command::Produce(a)) => targets(config).and_then(|t| produce::run(a, &t)),
+        Some(Command::Consume(a)) => targets(config).and_then(|t| consume::run(a, &t)),
+        Some(Command::Subscribe(a)) => targets(config).and_then(|t| subscribe::run(a, &t)),
+        Some(Command::Perf(p)) => targets(config).and_then(|t| perf::run(p, &t)),
+        Some(Command::Topics { command, target }) => {
+            targets(config).and_then(|t| topics::run(command, &target, &t))
+        }
+        Some(Command::Dolly { command, target }) => {
+            targets(config).and_then(|t| dolly::run(command, &target, &t))
+        }
+        Some(Command::Cluster { command, target }) => {
+            targets(config).and_then(|t| cluster::run(command, &target, &t))
+        }
+    };
+    if let Err(e) = result {
+        // Not eprintln!: it panics when stderr is a closed pipe.
+        let _ = writeln!(std::io::stderr(), "zper: {}", error_chain(&e));
+        std::process::exit(1);
+    }
+}
+
+/// The error and its causes, skipping a cause whose text the previous message already contains
+/// (our errors print their source inline).
+fn error_chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}

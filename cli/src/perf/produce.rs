@@ -1,0 +1,166 @@
+//! `zper perf produce` (ProducerPerformance, `zper.md` §10.2): messages of a 5-byte header and
+//! `x` payload through [`zper_client::Producer`]s; with an ack mode only acknowledged-durable
+//! messages count.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use zper_client::{endpoint, AckMode, Endpoints, Producer, ProducerOptions};
+
+use super::report::{header, percentile, progress, seq_of, summary};
+
+/// Options of `zper perf produce` (names as ProducerPerformance, §10.2).
+#[derive(Debug, Args)]
+pub struct ProduceArgs {
+    /// Topic.
+    #[arg(long, short = 't')]
+    pub topic: String,
+    /// Writer endpoints, comma-separated (`host:port` or `tcp://host:port`; default: from
+    /// --config, else 127.0.0.1:5555).
+    #[arg(long = "writerinfo", short = 'w')]
+    pub writer: Option<String>,
+    /// Total messages (each thread sends messages / threads).
+    #[arg(long, short = 'n', default_value_t = 1_000_000)]
+    pub messages: u64,
+    /// Payload bytes.
+    #[arg(long = "message-size", short = 's', default_value_t = 100)]
+    pub size: usize,
+    /// Sender threads (each with its own connection).
+    #[arg(long, short = 'c', default_value_t = 1)]
+    pub threads: u64,
+    /// Ack mode: 0 none (send rate), 1 pipelined DEALER acked per flush, 2 REQ per message.
+    #[arg(long, short = 'm', default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=2))]
+    pub mode: u8,
+    /// Mode 1: most messages in flight (sent, not yet acknowledged) per thread.
+    #[arg(long, default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub window: u64,
+    /// Give up waiting for an ack after this many ms.
+    #[arg(long, default_value_t = 30_000)]
+    pub timeout: i32,
+}
+
+/// Runs `zper perf produce`: `--threads` producers (one connection each, one shared zmq
+/// context) send `--messages` in all and one summary line is printed.
+///
+/// Errors: bad arguments; a writer that is unreachable, refuses or stops acknowledging.
+pub fn run(a: ProduceArgs, targets: &Endpoints) -> Result<()> {
+    if a.threads == 0 || a.messages < a.threads {
+        bail!("--threads must be between 1 and --messages");
+    }
+    let writer = a.writer.clone().unwrap_or_else(|| targets.writer.clone());
+    let endpoints: Vec<String> = writer.split(',').map(endpoint).collect();
+    let per_thread = a.messages / a.threads;
+    let total = per_thread * a.threads;
+    let pb = progress(total);
+    let start = Instant::now();
+    let mut handles = Vec::new();
+    // One context (two I/O threads) for every sender: 64 REQ clients with a context each would
+    // measure the client's own thread scheduling on a small machine, not the broker.
+    let shared = zmq::Context::new();
+    shared.set_io_threads(2)?;
+    let mut opts = ProducerOptions::new(&a.topic, AckMode::from_byte(a.mode))
+        .timeout(Duration::from_millis(a.timeout.max(0) as u64));
+    opts.unbounded = true;
+    for _ in 0..a.threads {
+        let (eps, opts, pb, ctx) = (endpoints.clone(), opts.clone(), pb.clone(), shared.clone());
+        let (size, window) = (a.size, a.window);
+        handles.push(std::thread::spawn(move || -> Result<Vec<Duration>> {
+            let producer = Producer::connect(&ctx, &eps, &opts)?;
+            let payload = vec![b'x'; size];
+            let lat = match producer.mode() {
+                AckMode::None => {
+                    for seq in 0..per_thread {
+                        producer.send(&[&header(seq)[..], &payload[..]])?;
+                        if seq % 1024 == 1023 {
+                            pb.inc(1024);
+                        }
+                    }
+                    Vec::new()
+                }
+                AckMode::PerFlush => {
+                    pipelined(&producer, per_thread, window, &payload, &pb)?;
+                    Vec::new()
+                }
+                AckMode::PerMessage => {
+                    let mut lat = Vec::with_capacity(per_thread as usize);
+                    for seq in 0..per_thread {
+                        let t0 = Instant::now();
+                        producer.send(&[&header(seq)[..], &payload[..]])?;
+                        lat.push(t0.elapsed());
+                        pb.inc(1);
+                    }
+                    lat
+                }
+            };
+            drop(producer); // linger: waits until everything queued reached TCP
+            Ok(lat)
+        }));
+    }
+    let mut lat = Vec::new();
+    for h in handles {
+        lat.extend(h.join().map_err(|_| anyhow!("sender thread panicked"))??);
+    }
+    let secs = start.elapsed().as_secs_f64();
+    pb.finish_and_clear();
+    lat.sort_unstable();
+    let bytes = total as f64 * (a.size + 5) as f64;
+    let mut fields = vec![
+        ("mode", a.mode.to_string()),
+        ("messages", total.to_string()),
+        ("size", a.size.to_string()),
+        ("threads", a.threads.to_string()),
+        ("seconds", format!("{secs:.3}")),
+        ("msg_per_s", format!("{:.0}", total as f64 / secs)),
+        ("mb_per_s", format!("{:.2}", bytes / secs / 1048576.0)),
+        (
+            "counted",
+            if a.mode == 0 {
+                "sent"
+            } else {
+                "acknowledged-durable"
+            }
+            .to_owned(),
+        ),
+    ];
+    if a.mode == 2 {
+        fields.push(("p50_ms", format!("{:.3}", percentile(&lat, 0.50))));
+        fields.push(("p99_ms", format!("{:.3}", percentile(&lat, 0.99))));
+    }
+    summary("produce", &fields);
+    Ok(())
+}
+
+/// Mode 1: keeps at most `window` messages sent and not yet acknowledged, until all `count`
+/// are acknowledged.
+fn pipelined(
+    producer: &Producer,
+    count: u64,
+    window: u64,
+    payload: &[u8],
+    pb: &indicatif::ProgressBar,
+) -> Result<()> {
+    let (mut sent, mut acked) = (0u64, 0u64);
+    while acked < count {
+        while sent < count && sent - acked < window {
+            producer.send(&[&header(sent)[..], payload])?;
+            sent += 1;
+            if sent % 4096 == 0 {
+                break; // look at acks now and then
+            }
+        }
+        let wait = !(sent < count && sent - acked < window);
+        let Some(id) = producer
+            .next_ack(wait)
+            .with_context(|| format!("{acked} of {count} acknowledged"))?
+        else {
+            continue;
+        };
+        let seq = seq_of(&id).ok_or_else(|| anyhow!("bad ack {id:?}"))?;
+        if seq + 1 > acked {
+            pb.inc(seq + 1 - acked);
+            acked = seq + 1;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,119 @@
+//! `zper topics list|create|describe|delete`: the admin API's topics (issue #3) as commands.
+
+use anyhow::Result;
+use clap::Subcommand;
+use serde_json::Value;
+use zper_client::admin::CreateTopic;
+use zper_client::Endpoints;
+
+use crate::output::{ids, print, text, AdminTarget};
+
+/// `zper topics` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum TopicsCommand {
+    /// List topics.
+    List,
+    /// Create a topic.
+    Create {
+        /// Topic name (1-64 ASCII letters or digits).
+        name: String,
+        /// Fragments (default 1).
+        #[arg(long)]
+        fragments: Option<u32>,
+        /// Copies of each fragment (default min(3, live nodes)).
+        #[arg(long)]
+        replication_factor: Option<u32>,
+        /// Retention in hours (default 168).
+        #[arg(long)]
+        retain_hours: Option<u32>,
+        /// Fragment policy: default or distribution.
+        #[arg(long, value_parser = ["default", "distribution"])]
+        policy: Option<String>,
+    },
+    /// Show a topic's fragments: leader, epoch, replicas, in-sync replicas, and this node's
+    /// start/end offsets (`-` where it holds no copy).
+    Describe {
+        /// Topic name.
+        name: String,
+    },
+    /// Delete a topic.
+    Delete {
+        /// Topic name.
+        name: String,
+    },
+}
+
+/// Runs `zper topics ...`.
+pub fn run(cmd: TopicsCommand, target: &AdminTarget, defaults: &Endpoints) -> Result<()> {
+    let api = target.client(defaults)?;
+    match cmd {
+        TopicsCommand::List => {
+            let v = api.topics()?;
+            print(target.json, &v, |v| {
+                let mut out = format!(
+                    "{:<24} {:>9} {:>3} {:>6} {}\n",
+                    "TOPIC", "FRAGMENTS", "RF", "RETAIN", "POLICY"
+                );
+                for t in v.as_array().into_iter().flatten() {
+                    out += &format!(
+                        "{:<24} {:>9} {:>3} {:>5}h {}\n",
+                        t["name"].as_str().unwrap_or(""),
+                        t["fragments"].as_array().map_or(0, Vec::len),
+                        text(&t["replication_factor"]),
+                        text(&t["retain_hours"]),
+                        t["policy"].as_str().unwrap_or("")
+                    );
+                }
+                out
+            });
+        }
+        TopicsCommand::Create {
+            name,
+            fragments,
+            replication_factor,
+            retain_hours,
+            policy,
+        } => {
+            let spec = CreateTopic {
+                fragments,
+                replication_factor,
+                retain_hours,
+                policy,
+            };
+            let v = api.create_topic(&name, &spec)?;
+            print(target.json, &v, |v| {
+                format!("created {}\n", v["name"].as_str().unwrap_or(""))
+            });
+        }
+        TopicsCommand::Describe { name } => {
+            let v = api.topic(&name)?;
+            print(target.json, &v, |v| {
+                let mut out = format!(
+                    "{:>8} {:>6} {:>6} {:<12} {:<12} {:>12} {:>12}\n",
+                    "FRAGMENT", "LEADER", "EPOCH", "REPLICAS", "ISR", "START", "END"
+                );
+                let offset = |o: &Value| o.as_u64().map_or("-".to_owned(), |n| n.to_string());
+                for f in v["fragments"].as_array().into_iter().flatten() {
+                    out += &format!(
+                        "{:>8} {:>6} {:>6} {:<12} {:<12} {:>12} {:>12}\n",
+                        text(&f["id"]),
+                        text(&f["leader"]),
+                        text(&f["leader_epoch"]),
+                        ids(&f["replicas"]),
+                        ids(&f["isr"]),
+                        offset(&f["start_offset"]),
+                        offset(&f["end_offset"])
+                    );
+                }
+                out
+            });
+        }
+        TopicsCommand::Delete { name } => {
+            api.delete_topic(&name)?;
+            if !target.json {
+                println!("deleted {name}");
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,53 @@
+//! zper-client: the way to use zper from Rust. Everything a ZPER, Pirius or Dolly client does,
+//! over the frames of `zper-wire` and libzmq, with no server code: this crate compiles neither
+//! RocksDB, openraft nor axum.
+//!
+//! - [`Producer`]: writes messages in ack mode 0 (none), 1 (one ack per flush, DEALER) or 2 (one
+//!   reply per message, REQ) (`zper.md` §4); refusals come back as [`ClientError::Refused`]
+//!   with the typed [`Status`].
+//! - [`ReaderClient`]: OFFSET and FETCH (`zper.md` §5), [`fetch_messages`] to read a range.
+//! - [`Subscriber`] and [`ResultsListener`]: subscription groups and results (`pirius.md`).
+//! - [`DollyClient`]: Dolly's Get and Put (`dolly.md` §6).
+//! - [`AdminClient`]: the HTTP admin API (`docs/operations.md`).
+//! - [`Endpoints`]: where a node listens, defaults and discovery through the controller.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use zper_client::{AckMode, Endpoints, Producer, ProducerOptions, ReaderClient};
+//!
+//! # fn main() -> Result<(), zper_client::ClientError> {
+//! let ctx = zmq::Context::new();
+//! let node = Endpoints::local();
+//! // Mode 2: every send returns once the message is durable on min_insync replicas.
+//! let opts = ProducerOptions::new("orders", AckMode::PerMessage);
+//! let producer = Producer::connect(&ctx, &[node.writer.clone()], &opts)?;
+//! producer.send(&[&b"id-1"[..], b"hello"])?;
+//!
+//! let reader = ReaderClient::connect(&ctx, &node.reader, "orders", Duration::from_secs(5))?;
+//! let start = reader.offset(zper_client::Timestamp::Earliest)?;
+//! let bytes = reader.fetch(start, 1 << 20)?.unwrap_or_default();
+//! for record in zper_wire::Records::new(&bytes) {
+//!     println!("{}", String::from_utf8_lossy(record.payload));
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod admin;
+pub mod dolly;
+pub mod endpoints;
+pub mod error;
+pub mod producer;
+pub mod reader;
+pub mod results;
+pub mod subscriber;
+
+pub use admin::{AdminClient, AdminError};
+pub use dolly::{DollyClient, DollyReply};
+pub use endpoints::{connectable, endpoint, identity, random_uuid, Endpoints};
+pub use error::ClientError;
+pub use producer::{Producer, ProducerOptions};
+pub use reader::{fetch_messages, ReaderClient};
+pub use results::ResultsListener;
+pub use subscriber::{Event, Subscriber, SubscriberError, SubscriberOptions};
+pub use zper_wire::{AckMode, Status, Timestamp};

@@ -1,0 +1,144 @@
+//! A ZPER reader client (spec `zper.md` §5): OFFSET and FETCH over a DEALER with a ZPER
+//! identity.
+
+use std::time::Duration;
+
+use zper_wire::{ReaderReply, ReaderRequest, Records, Status, Timestamp};
+
+use crate::{identity, ClientError};
+
+/// A DEALER connected to a reader with a ZPER identity and a receive timeout. Not `Sync`.
+pub struct ReaderClient {
+    socket: zmq::Socket,
+    endpoint: String,
+    timeout_ms: u64,
+}
+
+impl ReaderClient {
+    /// Connects (lazily, as zmq does) to `endpoint` for `topic`; replies wait `timeout`.
+    ///
+    /// Errors: an invalid topic; libzmq refusing the endpoint.
+    pub fn connect(
+        ctx: &zmq::Context,
+        endpoint: &str,
+        topic: &str,
+        timeout: Duration,
+    ) -> Result<Self, ClientError> {
+        let z = |what| ClientError::zmq(what, endpoint);
+        let socket = ctx.socket(zmq::DEALER).map_err(z("socket for reader"))?;
+        socket
+            .set_identity(&identity(topic, 0)?)
+            .map_err(z("identity for reader"))?;
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        socket.set_rcvtimeo(ms).map_err(z("rcvtimeo"))?;
+        socket.set_linger(0).map_err(z("linger"))?;
+        socket.set_rcvbuf(4 << 20).map_err(z("rcvbuf"))?;
+        socket.connect(endpoint).map_err(z("connect to reader"))?;
+        Ok(ReaderClient {
+            socket,
+            endpoint: endpoint.to_owned(),
+            timeout_ms: ms as u64,
+        })
+    }
+
+    /// Sends one request and decodes its reply.
+    ///
+    /// Errors: [`ClientError::Timeout`]; [`ClientError::Malformed`] for a reply that does not
+    /// decode.
+    pub fn request(&self, req: &ReaderRequest) -> Result<ReaderReply, ClientError> {
+        let z = |what| ClientError::zmq(what, &self.endpoint);
+        self.socket
+            .send_multipart(req.encode(), 0)
+            .map_err(z("send to reader"))?;
+        let frames = match self.socket.recv_multipart(0) {
+            Ok(f) => f,
+            Err(zmq::Error::EAGAIN) => {
+                return Err(ClientError::Timeout {
+                    endpoint: format!("reader {}", self.endpoint),
+                    timeout_ms: self.timeout_ms,
+                })
+            }
+            Err(e) => return Err(z("receive from reader")(e)),
+        };
+        ReaderReply::decode(req, &frames).ok_or_else(|| ClientError::Malformed {
+            endpoint: self.endpoint.clone(),
+            detail: format!("{frames:?}"),
+        })
+    }
+
+    /// OFFSET `Earliest` (the log's start) or `Latest` (the readable end).
+    ///
+    /// Errors: as [`ReaderClient::request`]; any status reply, as `Malformed` naming it.
+    pub fn offset(&self, timestamp: Timestamp) -> Result<u64, ClientError> {
+        match self.request(&ReaderRequest::Offset {
+            timestamp,
+            max_entries: None,
+        })? {
+            ReaderReply::Offsets(o) if !o.is_empty() => Ok(o[o.len() - 1]),
+            other => Err(ClientError::Malformed {
+                endpoint: self.endpoint.clone(),
+                detail: format!("OFFSET failed: {other:?}"),
+            }),
+        }
+    }
+
+    /// FETCH up to `max_bytes` stored bytes from `offset`; `Ok(None)` for 101 (offset not
+    /// readable).
+    ///
+    /// Errors: as [`ReaderClient::request`]; any other status.
+    pub fn fetch(&self, offset: u64, max_bytes: u64) -> Result<Option<Vec<u8>>, ClientError> {
+        let req = ReaderRequest::Fetch {
+            offset: offset as i64,
+            max_bytes: max_bytes as i64,
+        };
+        match self.request(&req)? {
+            ReaderReply::Data(d) => Ok(Some(d)),
+            ReaderReply::Status(Status::InvalidOffset) => Ok(None),
+            other => Err(ClientError::Malformed {
+                endpoint: self.endpoint.clone(),
+                detail: format!("FETCH failed: {other:?}"),
+            }),
+        }
+    }
+}
+
+/// Reads from `offset` with FETCHes of `fetch_size` bytes until `messages` messages are read or
+/// the log ends, calling `progress` with the count after each FETCH. Returns (messages,
+/// payload bytes).
+///
+/// Errors: an offset the reader answers 101 for ([`ClientError::Invalid`]); the reader's
+/// errors.
+pub fn fetch_messages(
+    client: &ReaderClient,
+    mut offset: u64,
+    fetch_size: u64,
+    messages: u64,
+    mut progress: impl FnMut(u64),
+) -> Result<(u64, u64), ClientError> {
+    let (mut count, mut bytes, mut fetch_size) = (0u64, 0u64, fetch_size.max(16));
+    while count < messages {
+        let Some(data) = client.fetch(offset, fetch_size)? else {
+            return Err(ClientError::Invalid(format!(
+                "offset {offset} not readable (101)"
+            )));
+        };
+        // Frame-granular progress (spec §5.3): a message may span FETCHes.
+        let mut it = Records::new(&data);
+        for rec in it.by_ref() {
+            bytes += rec.payload.len() as u64;
+            if !rec.more {
+                count += 1;
+            }
+        }
+        if it.valid_bytes() == 0 {
+            if data.len() as u64 >= fetch_size {
+                fetch_size = fetch_size.saturating_mul(2); // one record larger than the FETCH
+                continue;
+            }
+            break; // end of the log
+        }
+        offset += it.valid_bytes() as u64;
+        progress(count);
+    }
+    Ok((count, bytes))
+}
