@@ -432,7 +432,7 @@ fn fragment_mut<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metadata::{FragmentPolicy, PlacementReason};
+    use crate::{FragmentPolicy, PlacementReason};
     use crate::{NodeEndpoints, NodeId};
 
     fn register(id: NodeId, now_ms: u64) -> Command {
@@ -557,7 +557,7 @@ mod tests {
         assert_eq!(t.replication_factor, 2);
     }
 
-    fn fragments(m: &Metadata) -> Vec<&crate::metadata::Fragment> {
+    fn fragments(m: &Metadata) -> Vec<&crate::Fragment> {
         m.topics.values().flat_map(|t| &t.fragments).collect()
     }
 
@@ -1086,8 +1086,8 @@ mod properties {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::metadata::{Fragment, FragmentPolicy};
     use crate::NodeEndpoints;
+    use crate::{Fragment, FragmentPolicy};
 
     fn command() -> impl Strategy<Value = Command> {
         let t = 0u64..100;
@@ -1128,7 +1128,7 @@ mod properties {
             (0u64..8, 0u8..4, t.clone()).prop_map(|(serial, k, s)| Command::DollyPut {
                 key: vec![k],
                 value: serial.to_le_bytes().to_vec(),
-                request: Some(crate::metadata::DollyRequest { origin: 1, serial }),
+                request: Some(crate::DollyRequest { origin: 1, serial }),
                 deadline_ms: s * 1000,
             }),
             (0u8..4, 0u8..2, 0u8..4, t.clone()).prop_map(|(n, g, m, s)| Command::Subscribe {
@@ -1145,7 +1145,7 @@ mod properties {
                 now_ms: s * 1000,
             }),
             (0u64..8, t).prop_map(|(serial, s)| Command::DollyCancel {
-                request: crate::metadata::DollyRequest { origin: 1, serial },
+                request: crate::DollyRequest { origin: 1, serial },
                 now_ms: s * 1000,
             }),
         ]
