@@ -13,7 +13,7 @@
 //! them with this crate alone. `zper-raft` holds the openraft glue and re-exports this crate as
 //! `zper_raft::metadata`.
 
-mod apply;
+mod commands;
 mod endpoints;
 pub mod placement;
 pub mod subscription;
