@@ -1,12 +1,20 @@
-//! The replicated cluster metadata and its commands (issue #3): nodes with leader-granted
-//! leases, topics, fragment placement (Pirius "default"/"distribution" policies, `pirius.md` §7)
-//! and the Dolly leader.
+//! zper-meta: the replicated cluster metadata that zper's Raft group agrees on (issue #3), and
+//! the commands that change it: nodes with leader-granted leases, topics, fragment placement
+//! (Pirius "default"/"distribution" policies, `pirius.md` §7, in [`placement`]), the Dolly
+//! leader and key/value map, and subscription groups with their fragment assignment
+//! ([`subscription`]).
 //!
 //! Apply is deterministic: no clocks, no randomness, sorted maps only. Times (`now_ms`) and ids
 //! are chosen by the proposer and carried in the command, so every node that applies the same
 //! log reaches the same state (compare [`Metadata::state_hash`]).
+//!
+//! The crate is serde-only (no openraft, no storage, no async runtime): the Raft log stores
+//! [`Command`]s and the snapshots store [`Metadata`] as JSON, so clients and tools can read
+//! them with this crate alone. `zper-raft` holds the openraft glue and re-exports this crate as
+//! `zper_raft::metadata`.
 
-mod apply;
+mod commands;
+mod endpoints;
 pub mod placement;
 pub mod subscription;
 
@@ -17,7 +25,7 @@ pub use placement::{PlacementChange, PlacementReason};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::{NodeEndpoints, NodeId};
+pub use endpoints::{valid_http_address, NodeEndpoints, NodeId};
 
 /// A node known to the cluster.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -11,8 +11,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::metadata::{Fragment, TopicRecord};
 use crate::NodeId;
+use crate::{Fragment, TopicRecord};
 
 /// Why placement was re-run; carried by the command that re-ran it and recorded on every
 /// fragment it changed.
