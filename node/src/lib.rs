@@ -13,6 +13,7 @@ pub mod memory;
 pub mod metrics;
 pub mod node;
 pub mod produce;
+mod relay;
 pub mod replication;
 mod sockets;
 

@@ -112,7 +112,7 @@ impl Node {
         let relay = ctx.socket(zmq::ROUTER)?;
         relay.set_router_mandatory(true)?; // a full or vanished subscriber fails the send
         relay.set_router_handover(true)?; // a reconnecting subscriber takes its identity over
-        relay.set_sndhwm(crate::endpoint::relay::RELAY_HWM)?;
+        relay.set_sndhwm(crate::relay::RELAY_HWM)?;
         // Requests are small; a result payload may be as large as a message. A peer sending
         // more is disconnected by libzmq instead of being buffered.
         relay.set_maxmsgsize((config.max_message as i64).saturating_add(64 * 1024))?;
@@ -250,7 +250,7 @@ impl Node {
                 .spawn(move || crate::endpoint::controller::run(c, controller_ctx, cstop))
                 .map_err(|_| zmq::Error::EMFILE)?,
         );
-        let relay_ctx = crate::endpoint::relay::Shared {
+        let relay_ctx = crate::relay::Shared {
             cluster: member.node(),
             runtime: member.handle(),
             store: store.clone(),
@@ -261,7 +261,7 @@ impl Node {
         threads.push(
             std::thread::Builder::new()
                 .name("zper-relay".into())
-                .spawn(move || crate::endpoint::relay::run(rctx, relay, relay_ctx, rstop))
+                .spawn(move || crate::relay::run(rctx, relay, relay_ctx, rstop))
                 .map_err(|_| zmq::Error::EMFILE)?,
         );
         let (dnode, dhandle, dcounters, dstop) = (

@@ -7,7 +7,6 @@ pub mod dolly;
 pub(crate) mod dolly_leader;
 pub(crate) mod monitor;
 pub mod reader;
-pub(crate) mod relay;
 
 /// The endpoints a node actually bound (ports resolved when the config asked for `*` or `0`).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,6 +2,10 @@
 //! seed's keys. Values are trimmed (the original keeps trailing blanks, so `decoder = true `
 //! meant false); a bad value is an error naming the key; an unknown key is a warning.
 
+pub mod keys;
+#[cfg(test)]
+mod tests;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -10,7 +14,7 @@ use thiserror::Error;
 use zper_store::{FlushPolicy, StoreConfig};
 
 /// The embedded default configuration (`zper` with no arguments).
-pub const DEFAULT_PROPERTIES: &str = include_str!("../config/default.properties");
+pub const DEFAULT_PROPERTIES: &str = include_str!("../../config/default.properties");
 
 /// Configuration errors; each names the key or file.
 #[derive(Debug, Error)]
@@ -158,56 +162,6 @@ impl Default for ClusterSettings {
         }
     }
 }
-
-/// Keys read by zper-node today.
-const KNOWN: &[&str] = &[
-    "base_dir",
-    "segment_size",
-    "flush_messages",
-    "flush_interval",
-    "retain_hours",
-    "allow_empty_message",
-    "decoder",
-    "max_message",
-    "memory_budget",
-    "receive_hwm",
-    "receive_buffer",
-    "send_buffer",
-    "io_threads",
-    "writer.bind",
-    "writer.workers",
-    "reader.bind",
-    "reader.workers",
-    "ack.bind",
-    "controller.bind",
-    "replica.bind",
-    "replica.advertise",
-    "relay.bind",
-    "subscription.lease_ms",
-    "dolly.requests.bind",
-    "dolly.updates.bind",
-    "dolly.snapshots.bind",
-    "dolly.put_timeout_ms",
-    "dolly.peers",
-    "dolly.name",
-    "replica.lag_ms",
-    "min_insync",
-    "acks",
-    "node.id",
-    "node.name",
-    "node.lease_ms",
-    "http.bind",
-    "http.advertise",
-    "http.admin_token",
-    "raft.dir",
-    "raft.heartbeat_ms",
-    "raft.election_timeout_ms",
-];
-
-/// Keys of the seed or the original that are accepted and reserved for later features (cluster,
-/// relay): no warning, no effect yet.
-const RESERVED: &[&str] = &["writer.io_threads", "retention_hours", "relay.poll"];
-const RESERVED_PREFIXES: &[&str] = &["writer.replica."];
 
 impl Default for NodeConfig {
     /// The original's code defaults (§7) with `base_dir = ./data` and the ack endpoint on 5557.
@@ -407,16 +361,7 @@ impl NodeConfig {
         c.dolly_put_timeout = Duration::from_millis(num(map, "dolly.put_timeout_ms", 2000, 10)?);
         c.subscription_lease =
             Duration::from_millis(num(map, "subscription.lease_ms", 10_000, 100)?);
-        let mut unknown: Vec<String> = map
-            .keys()
-            .filter(|k| {
-                !k.starts_with("controller.quorum.")
-                    && !KNOWN.contains(&k.as_str())
-                    && !RESERVED.contains(&k.as_str())
-                    && !RESERVED_PREFIXES.iter().any(|p| k.starts_with(p))
-            })
-            .cloned()
-            .collect();
+        let mut unknown: Vec<String> = map.keys().filter(|k| !keys::is_known(k)).cloned().collect();
         unknown.sort();
         c.unknown_keys = unknown;
         Ok(c)
@@ -562,134 +507,5 @@ fn boolean(map: &HashMap<String, String>, key: &str, default: bool) -> Result<bo
         Some(v) if v == "true" => Ok(true),
         Some(v) if v == "false" => Ok(false),
         Some(v) => Err(bad(key, &v, "true or false")),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(text: &str) -> Result<NodeConfig, ConfigError> {
-        NodeConfig::from_properties_str(text, Path::new("test.properties"))
-    }
-
-    #[test]
-    fn embedded_default_runs_under_data_on_default_ports() {
-        let c = NodeConfig::embedded().expect("embedded default parses");
-        assert_eq!(c.store.base_dir, PathBuf::from("./data"));
-        assert_eq!(c.writer_bind, "tcp://*:5555");
-        assert_eq!(c.reader_bind, "tcp://*:5556");
-        assert_eq!(c.ack_bind, "tcp://*:5557");
-        assert_eq!(c.store.flush.flush_messages, 1000);
-        assert!(c.unknown_keys.is_empty());
-    }
-
-    #[test]
-    fn code_defaults_spec_7() {
-        let c = parse("").expect("empty file");
-        assert_eq!(c.store.segment_size, 536_870_912);
-        assert_eq!(c.store.flush.flush_messages, 10_000);
-        assert_eq!(c.store.flush.flush_interval, Duration::from_millis(10_000));
-        assert_eq!(c.store.retain, Duration::from_secs(168 * 3600));
-        assert_eq!(c.writer_workers, 5);
-        assert_eq!(c.reader_workers, 5);
-        assert_eq!(c.max_message, 8_388_608);
-    }
-
-    #[test]
-    fn values_are_trimmed_and_booleans_strict() {
-        let c = parse("allow_empty_message = FALSE  \nflush_messages = 7 \n").expect("parses");
-        assert!(!c.store.allow_empty_message);
-        assert_eq!(c.store.flush.flush_messages, 7);
-        let e = parse("decoder = yes").expect_err("not a boolean");
-        assert!(e.to_string().contains("`decoder`"), "{e}");
-    }
-
-    #[test]
-    fn bad_values_name_the_key() {
-        for (text, key) in [
-            ("segment_size = lots", "segment_size"),
-            ("writer.workers = 0", "writer.workers"),
-            ("flush_interval = -5", "flush_interval"),
-            ("reader.bind = 5556", "reader.bind"),
-            ("writer.bind = tcp://127.0.0.1:99999", "writer.bind"),
-            ("ack.bind = tcp://127.0.0.1", "ack.bind"),
-            ("io_threads = ", "io_threads"),
-            ("io_threads = 100000", "io_threads"),
-            ("reader.workers = 5000", "reader.workers"),
-            ("controller.quorum.x = a:1", "controller.quorum.x"),
-            ("controller.quorum.1 = nohost", "controller.quorum.1"),
-            (
-                "controller.quorum.1 = http://127.0.0.1:9644",
-                "controller.quorum.1",
-            ),
-            ("node.id = 0", "node.id"),
-            ("http.bind = 9644", "http.bind"),
-            ("raft.heartbeat_ms = 500", "raft.election_timeout_ms"),
-            ("acks = some", "acks"),
-            ("min_insync = 0", "min_insync"),
-            ("replica.lag_ms = soon", "replica.lag_ms"),
-            ("replica.bind = 5560", "replica.bind"),
-        ] {
-            let e = parse(text).expect_err(text);
-            assert!(e.to_string().contains(&format!("`{key}`")), "{e}");
-        }
-    }
-
-    #[test]
-    fn replication_keys_have_defaults_and_are_read() {
-        let c = parse("").expect("empty");
-        assert_eq!(c.replica_bind, "tcp://*:5560");
-        assert_eq!(c.replica_lag, Duration::from_millis(5000));
-        assert_eq!((c.min_insync, c.acks_leader), (None, false));
-        let c = parse("replica.bind = tcp://127.0.0.1:7000\nreplica.lag_ms = 250\nmin_insync = 3\nacks = leader\n")
-            .expect("parses");
-        assert_eq!(c.replica_bind, "tcp://127.0.0.1:7000");
-        assert_eq!(c.replica_lag, Duration::from_millis(250));
-        assert_eq!((c.min_insync, c.acks_leader), (Some(3), true));
-        assert!(c.unknown_keys.is_empty());
-    }
-
-    #[test]
-    fn flags_override_the_file_and_replace_its_voters() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("n.properties");
-        std::fs::write(
-            &path,
-            "node.id = 1\ncontroller.quorum.1 = a:1\ncontroller.quorum.2 = b:2\nflush_messages = 9\n",
-        )
-        .expect("write");
-        let c = NodeConfig::load(
-            Some(&path),
-            &[
-                ("node.id".into(), "3".into()),
-                ("controller.quorum.3".into(), "c:3".into()),
-                ("controller.quorum.4".into(), "d:4".into()),
-            ],
-        )
-        .expect("loads");
-        assert_eq!(c.cluster.node_id, 3);
-        assert_eq!(
-            c.cluster.voters.into_iter().collect::<Vec<_>>(),
-            vec![(3, "c:3".to_owned()), (4, "d:4".to_owned())]
-        );
-        assert_eq!(
-            c.store.flush.flush_messages, 9,
-            "the rest of the file stays"
-        );
-        let e = NodeConfig::load(None, &[("node.id".into(), "zero".into())]).expect_err("bad");
-        assert!(e.to_string().contains("`node.id`"), "{e}");
-        let c = NodeConfig::load(None, &[]).expect("embedded");
-        assert!(c.cluster.voters.is_empty());
-    }
-
-    #[test]
-    fn unknown_keys_are_listed_and_seed_keys_are_not() {
-        let c = parse(
-            "controller.quorum.1 = a:1\nwriter.replica.1 = b\ncontroller.bind = tcp://*:5558\n\
-             retention_hours = 1\nflush_mesages = 3\n",
-        )
-        .expect("parses");
-        assert_eq!(c.unknown_keys, vec!["flush_mesages".to_owned()]);
     }
 }

@@ -1,0 +1,108 @@
+//! Every configuration key in one table: its name, code default, accepted range and meaning.
+//! The unknown-key warning ([`is_known`]), the README's key table ([`markdown`], pinned by a
+//! test against README.md) and the defaults' agreement with the parser (a test parses every
+//! listed default and expects the code defaults) all come from it.
+
+/// One configuration key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConfigKey {
+    /// The key as written in a properties file (`controller.quorum.N`: one per voter).
+    pub name: &'static str,
+    /// The code default as a properties value; empty when there is none or it is computed
+    /// (the meaning says how).
+    pub default: &'static str,
+    /// What is accepted.
+    pub range: &'static str,
+    /// What it does.
+    pub meaning: &'static str,
+}
+
+const fn key(
+    name: &'static str,
+    default: &'static str,
+    range: &'static str,
+    meaning: &'static str,
+) -> ConfigKey {
+    ConfigKey {
+        name,
+        default,
+        range,
+        meaning,
+    }
+}
+
+/// Every key zper reads (spec `zper.md` §7 for ZPER's, issues #3-#13 for the cluster's).
+pub const KEYS: &[ConfigKey] = &[
+    key("base_dir", "./data", "a directory path", "data root: `<base_dir>/<topic>/<20-digit start offset>.dat`"),
+    key("segment_size", "536870912", "bytes, >= 1", "a segment is closed, and the next one created, after the message that makes it exceed this many bytes"),
+    key("flush_messages", "10000", ">= 1", "fdatasync once this many messages are pending (the embedded default file says 1000) ..."),
+    key("flush_interval", "10000", "ms, >= 1", "... or this many ms after the first unflushed append (embedded default: 1000)"),
+    key("retain_hours", "168", "hours, >= 1", "closed segments older than this are deleted (checked every minute)"),
+    key("allow_empty_message", "true", "true or false", "whether an empty final frame counts as a message when recovering"),
+    key("decoder", "true", "true or false", "accepted for compatibility; zper always stores what ZPER's decoder mode stores"),
+    key("max_message", "8388608", "bytes, >= 1", "largest producer frame (messages with a larger frame are dropped and counted); one FETCH reply is at most this + 9 bytes, so every frame can be fetched"),
+    key("memory_budget", "1073741824", "bytes, >= 16777216", "heap bytes past which FETCHes get `[0xFF]` and replica fetches shrink to 64 KiB, so clients that never read their replies cannot grow the node (docs/operations.md, Limits)"),
+    key("receive_hwm", "1024", "0-2147483647", "writer RCVHWM"),
+    key("receive_buffer", "1048576", "bytes, 0-2147483647", "writer SO_RCVBUF"),
+    key("send_buffer", "1048576", "bytes, 0-2147483647", "reader SO_SNDBUF"),
+    key("io_threads", "1", "1-64", "ZeroMQ I/O threads"),
+    key("writer.bind", "tcp://*:5555", "ZeroMQ endpoint", "writer ROUTER"),
+    key("writer.workers", "5", "1-256", "writer threads; a topic always goes to the same one (order = arrival order)"),
+    key("reader.bind", "tcp://*:5556", "ZeroMQ endpoint", "reader ROUTER"),
+    key("reader.workers", "5", "1-256", "reader threads"),
+    key("ack.bind", "tcp://*:5557", "ZeroMQ endpoint", "ack PUB (flush notices)"),
+    key("controller.bind", "tcp://*:5558", "ZeroMQ endpoint", "controller ROUTER (cluster information, subscriptions)"),
+    key("replica.bind", "tcp://*:5560", "ZeroMQ endpoint", "replication endpoint (advertised like the others)"),
+    key("replica.advertise", "", "tcp://host:port", "the replication endpoint other nodes connect to (behind NAT or a proxy); default: `replica.bind` with the advertised host"),
+    key("replica.lag_ms", "5000", "ms, >= 10", "a replica not caught up with its leader for this long leaves the ISR; it rejoins once caught up"),
+    key("relay.bind", "tcp://*:5559", "ZeroMQ endpoint", "relay endpoint: push delivery to subscribers (advertised like the others)"),
+    key("subscription.lease_ms", "10000", "ms, >= 100", "a subscriber that sends no `KEEPALIVE` for this long leaves its group"),
+    key("min_insync", "", ">= 1", "fewest in-sync replicas (leader included) for a write that waits for an ack; below it such writes get status 103 (docs/protocol.md) and are not stored; default 2 with 3+ replicas, else 1"),
+    key("acks", "all", "all or leader", "`all`: an ack means durable on every in-sync replica; `leader`: durable on the leader (the single-node behaviour; readers still stop at the high-water mark)"),
+    key("node.id", "1", ">= 1", "this node's id in the Raft group"),
+    key("node.name", "", "text", "human name; default `node<id>`"),
+    key("node.lease_ms", "1500", "ms, >= 100", "liveness lease, renewed every third of it; a node silent this long loses its fragment leaderships (a new Raft leader first waits half a lease)"),
+    key("controller.quorum.N", "", "host:port", "voter N's HTTP address; the initial voters (default: this node alone). Every node of a cluster lists all of them; each fresh voter proposes the same initial membership and Raft keeps exactly one. A node whose `node.id` is not among them waits for `zper cluster add-node`"),
+    key("http.bind", "0.0.0.0:9644", "host:port", "HTTP admin and Raft address"),
+    key("http.advertise", "", "host:port", "the address other nodes and clients use (default: `http.bind` with 127.0.0.1 for an unspecified host); must equal the node's `controller.quorum.N` entry"),
+    key("http.admin_token", "", "printable ASCII", "when set, every mutating HTTP request (admin writes, and the Raft RPCs between nodes) needs `Authorization: Bearer <token>`; give every node the same token. The CLI sends it from `--token`, `$ZPER_ADMIN_TOKEN` or `--config`"),
+    key("raft.dir", "", "a directory path", "Raft log, vote and snapshots (RocksDB); default `<base_dir>/.raft`"),
+    key("raft.heartbeat_ms", "100", "ms, >= 10", "Raft leader heartbeat, which is also how long one replication RPC may take (openraft)"),
+    key("raft.election_timeout_ms", "500", "ms, >= 50, > heartbeat", "election timeout from this to twice this, also how long a follower trusts a silent leader, so a dead leader is replaced in about 1-2 s; keep it well below `node.lease_ms` and several heartbeats long"),
+    key("dolly.requests.bind", "tcp://*:3266", "ZeroMQ endpoint", "Dolly requests ROUTER"),
+    key("dolly.updates.bind", "tcp://*:3264", "ZeroMQ endpoint", "Dolly updates PUB (bound only while the node is the Raft leader)"),
+    key("dolly.snapshots.bind", "tcp://*:3265", "ZeroMQ endpoint", "Dolly snapshots ROUTER (bound only while the node is the Raft leader)"),
+    key("dolly.peers", "", "a file path", "Dolly's `peers.json`: this node's Dolly ports come from its entry (named `dolly.name`, else the one whose `pid` is `node.id`); explicit `dolly.*.bind` keys win"),
+    key("dolly.name", "", "a peer name", "this node's entry in `dolly.peers`"),
+    key("dolly.put_timeout_ms", "2000", "ms, >= 10", "a Dolly Put not committed by then is cancelled through the log; the `Error` reply comes once the cancel committed, so it never applies later"),
+];
+
+/// Keys of the seed or the original that are accepted without effect (no warning).
+pub const RESERVED: &[&str] = &["writer.io_threads", "retention_hours", "relay.poll"];
+/// Key prefixes accepted without effect (ZPER's `writer.replica.N`).
+pub const RESERVED_PREFIXES: &[&str] = &["writer.replica."];
+
+/// True for a key zper reads or accepts (anything else gets the unknown-key warning).
+pub fn is_known(name: &str) -> bool {
+    name.starts_with("controller.quorum.")
+        || KEYS.iter().any(|k| k.name == name)
+        || RESERVED.contains(&name)
+        || RESERVED_PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+/// The key table as Markdown (README.md "Configuration" between the `config-keys` markers).
+pub fn markdown() -> String {
+    let mut out = String::from("| key | default | accepted | meaning |\n|---|---|---|---|\n");
+    for k in KEYS {
+        let default = if k.default.is_empty() {
+            "-".to_owned()
+        } else {
+            format!("`{}`", k.default)
+        };
+        out.push_str(&format!(
+            "| `{}` | {default} | {} | {} |\n",
+            k.name, k.range, k.meaning
+        ));
+    }
+    out
+}
