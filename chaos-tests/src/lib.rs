@@ -9,12 +9,14 @@
 //! through the `docker` CLI: kill, pause, network disconnect), [`Workload`] (producers in ack
 //! modes 1 and 2 and Dolly Puts, recording every acknowledgement) and [`check`].
 
+pub mod check;
 pub mod cluster;
 pub mod disk;
 pub mod workload;
 
+pub use check::{check, CheckReport};
 pub use cluster::{Cluster, Node};
-pub use workload::{check, Acked, CheckReport, Workload};
+pub use workload::{Acked, Workload};
 
 /// Runs `docker` with `args`; its stdout, trimmed.
 ///

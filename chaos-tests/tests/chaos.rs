@@ -15,9 +15,10 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use zper_chaos_tests::check::print_row;
 use zper_chaos_tests::cluster::wait_until;
 use zper_chaos_tests::disk::{flip_byte, DiskKind};
-use zper_chaos_tests::workload::{print_row, TOPIC};
+use zper_chaos_tests::workload::TOPIC;
 use zper_chaos_tests::{check, require_docker, Cluster, Workload};
 
 /// One scenario at a time.

@@ -6,6 +6,7 @@
 #![allow(missing_docs, clippy::unwrap_used)]
 
 mod child;
+mod cluster;
 mod http;
 mod in_process;
 mod net;
@@ -13,6 +14,9 @@ mod wait;
 mod zmq_client;
 
 pub use child::{rss_bytes, zper_binary, ChildNode};
+pub use cluster::{
+    concat, ids_in, live_brokers, message_ends, raft_leader, segment_files, TestCluster,
+};
 pub use http::{get_json, http};
 pub use in_process::{test_config, TestNode};
 pub use net::{free_port, CutProxy};

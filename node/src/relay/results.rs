@@ -30,6 +30,7 @@ impl Relay {
         }
     }
 
+    /// Passes a subscriber's result on to every other node's relay.
     pub(super) fn forward(&mut self, r: &ResultMessage) {
         let relays: Vec<String> = self
             .ctx

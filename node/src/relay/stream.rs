@@ -81,6 +81,8 @@ impl Relay {
         );
     }
 
+    /// Pushes what every stream may send; true when anything was sent (or a partial batch
+    /// waits for its flush time).
     pub(super) fn pump_all(&mut self) -> bool {
         // Streams paused on a full window are skipped without work (an ACK reopens them).
         let keys: Vec<StreamKey> = self
@@ -243,6 +245,8 @@ impl Relay {
         }
     }
 
+    /// Whether `subscriber` reads `fragment` in this node's applied metadata. Before this node
+    /// has applied `revision` (the assignment the subscriber was given) it is taken on trust.
     pub(super) fn owns(
         &self,
         topic: &str,
@@ -273,6 +277,7 @@ impl Relay {
             .unwrap_or(Ownership::NotYet)
     }
 
+    /// The committed offset `subscriber` resumes `fragment` from (0 when none).
     pub(super) fn committed(
         &self,
         topic: &str,
@@ -293,6 +298,7 @@ impl Relay {
             .unwrap_or(0)
     }
 
+    /// Ends a stream with REVOKED.
     pub(super) fn revoke(&mut self, key: &StreamKey) {
         self.streams.remove(key);
         Counters::add(&self.ctx.counters.relay.revoked, 1);
@@ -306,6 +312,8 @@ impl Relay {
         );
     }
 
+    /// Ends idle streams whose fragment is no longer their subscriber's (streams with data
+    /// are checked before every push).
     pub(super) fn check_assignments(&mut self) {
         let revoked: Vec<StreamKey> = self
             .streams
