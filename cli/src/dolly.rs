@@ -57,7 +57,7 @@ pub fn resolve(t: &DollyTarget, targets: &Endpoints) -> Result<String> {
     match (&t.peers, &t.name, &t.endpoint) {
         (Some(_), _, Some(_)) => bail!("give either --endpoint or --peers/--name, not both"),
         (Some(path), Some(name), None) => {
-            let peers = zper_node::dolly_peers::load(path)?;
+            let peers = zper_node::dolly::peers::load(path)?;
             let peer = peers
                 .iter()
                 .find(|p| &p.name == name)

@@ -481,9 +481,8 @@ impl Metadata {
     /// A stable 64-bit FNV-1a hash of the canonical JSON encoding: equal on every node that
     /// applied the same commands.
     pub fn state_hash(&self) -> u64 {
-        let bytes = serde_json::to_vec(self).unwrap_or_default();
-        bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
-        })
+        let mut h = fnv::FnvHasher::default();
+        std::hash::Hasher::write(&mut h, &serde_json::to_vec(self).unwrap_or_default());
+        std::hash::Hasher::finish(&h)
     }
 }

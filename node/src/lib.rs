@@ -4,11 +4,13 @@
 //! node's configuration. The `zper` binary (`cli/`) starts it with [`Node::start`]; clients
 //! live in `zper-client`.
 
-mod cluster;
 pub mod config;
-pub mod dolly_peers;
+pub mod control;
+pub mod dolly;
 pub mod endpoint;
 pub mod error;
+pub mod fetch;
+pub mod membership;
 pub mod memory;
 pub mod metrics;
 pub mod node;

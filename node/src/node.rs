@@ -9,9 +9,10 @@ use tracing::{error, info, warn};
 use zper_store::Store;
 
 use crate::config::NodeConfig;
+use crate::control::ack;
 pub use crate::endpoint::Endpoints;
-use crate::endpoint::{ack, reader};
 pub use crate::error::NodeError;
+use crate::fetch as reader;
 use crate::metrics::Counters;
 use crate::produce as writer;
 
@@ -33,7 +34,7 @@ pub struct Node {
     counters: Arc<Counters>,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
-    member: Option<crate::cluster::Member>,
+    member: Option<crate::membership::Member>,
     _ctx: zmq::Context,
 }
 
@@ -143,7 +144,7 @@ impl Node {
             http: String::new(),
         };
         let member =
-            crate::cluster::Member::start(config, &endpoints, counters.clone(), store.clone())?;
+            crate::membership::Member::start(config, &endpoints, counters.clone(), store.clone())?;
         endpoints.http = member.http.clone();
         let view = crate::replication::PlacementView::new(config.cluster.node_id);
         view.refresh(&member.node());
@@ -154,7 +155,7 @@ impl Node {
         let mut monitors = Vec::new();
         // Sockets in crate::metrics::ENDPOINTS order.
         for (index, socket) in [&w, &r, &p, &c].into_iter().enumerate() {
-            match crate::endpoint::monitor::watch(
+            match crate::control::monitor::watch(
                 &ctx,
                 socket,
                 index,
@@ -237,7 +238,7 @@ impl Node {
             memory.clone(),
         )?;
         threads.push(reader.front);
-        let controller_ctx = crate::endpoint::controller::Shared {
+        let controller_ctx = crate::control::controller::Shared {
             cluster: member.node(),
             runtime: member.handle(),
             counters: counters.clone(),
@@ -247,7 +248,7 @@ impl Node {
         threads.push(
             std::thread::Builder::new()
                 .name("zper-controller".into())
-                .spawn(move || crate::endpoint::controller::run(c, controller_ctx, cstop))
+                .spawn(move || crate::control::controller::run(c, controller_ctx, cstop))
                 .map_err(|_| zmq::Error::EMFILE)?,
         );
         let relay_ctx = crate::relay::Shared {
@@ -270,7 +271,7 @@ impl Node {
             counters.clone(),
             stop.clone(),
         );
-        let dolly_ctx = crate::endpoint::dolly::Shared {
+        let dolly_ctx = crate::dolly::Shared {
             cluster: dnode,
             runtime: dhandle,
             counters: dcounters,
@@ -280,10 +281,10 @@ impl Node {
         threads.push(
             std::thread::Builder::new()
                 .name("zper-dolly".into())
-                .spawn(move || crate::endpoint::dolly::run(dolly, dolly_ctx, dstop))
+                .spawn(move || crate::dolly::run(dolly, dolly_ctx, dstop))
                 .map_err(|_| zmq::Error::EMFILE)?,
         );
-        let binds = crate::endpoint::dolly_leader::Binds {
+        let binds = crate::dolly::leader::Binds {
             updates: endpoints.dolly_updates.clone(),
             snapshots: endpoints.dolly_snapshots.clone(),
         };
@@ -292,9 +293,7 @@ impl Node {
         threads.push(
             std::thread::Builder::new()
                 .name("zper-dolly-leader".into())
-                .spawn(move || {
-                    crate::endpoint::dolly_leader::run(lctx, binds, lnode, lcounters, lstop)
-                })
+                .spawn(move || crate::dolly::leader::run(lctx, binds, lnode, lcounters, lstop))
                 .map_err(|_| zmq::Error::EMFILE)?,
         );
         let (rstore, rstop, every) = (store.clone(), stop.clone(), config.retention_check);

@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::{anyhow, Context, Result};
 use clap::Args;
 
-use super::report::{header, percentile, summary};
+use super::report::{header, summary, Latencies};
 
 /// Options of `zper perf raw`.
 #[derive(Debug, Args)]
@@ -92,22 +92,21 @@ pub fn fsync(a: FsyncArgs) -> Result<()> {
         .append(true)
         .open(&path)
         .with_context(|| format!("open {}", path.display()))?;
-    let mut lat = Vec::with_capacity(a.count as usize);
+    let mut lat = Latencies::new();
     for _ in 0..a.count {
         let t0 = Instant::now();
         f.write_all(&[b'x'; 109])?;
         f.sync_data()?;
-        lat.push(t0.elapsed());
+        lat.record(t0.elapsed());
     }
     drop(f);
     let _ = std::fs::remove_file(&path);
-    lat.sort_unstable();
     summary(
         "fsync",
         &[
             ("count", a.count.to_string()),
-            ("p50_ms", format!("{:.3}", percentile(&lat, 0.50))),
-            ("p99_ms", format!("{:.3}", percentile(&lat, 0.99))),
+            ("p50_ms", format!("{:.3}", lat.ms(0.50))),
+            ("p99_ms", format!("{:.3}", lat.ms(0.99))),
         ],
     );
     Ok(())

@@ -9,7 +9,7 @@ use clap::Args;
 use zper_client::{endpoint, DollyClient, Endpoints};
 use zper_wire::dolly::{Message, Method};
 
-use super::report::{percentile, summary};
+use super::report::{summary, Latencies};
 use crate::duration::parse_duration;
 
 /// Options of `zper perf dolly-put` and `zper perf dolly-get`.
@@ -40,7 +40,7 @@ pub struct DollyPerfArgs {
 }
 
 struct DealerResult {
-    latencies: Vec<Duration>,
+    latencies: Latencies,
     errors: u64,
     last_error: Option<String>,
 }
@@ -80,26 +80,25 @@ pub fn perf(a: DollyPerfArgs, method: Method, targets: &Endpoints) -> Result<()>
             })
         })
         .collect();
-    let mut latencies = Vec::new();
+    let mut latencies = Latencies::new();
     let (mut errors, mut last_error) = (0, None);
     for h in handles {
         let r = h
             .join()
             .map_err(|_| anyhow::anyhow!("a dealer thread panicked"))??;
-        latencies.extend(r.latencies);
+        latencies.merge(&r.latencies);
         errors += r.errors;
         if r.last_error.is_some() {
             last_error = r.last_error;
         }
     }
     let elapsed = start.elapsed().as_secs_f64();
-    if latencies.is_empty() {
+    if latencies.len() == 0 {
         bail!(
             "no request succeeded: {}",
             last_error.unwrap_or_else(|| "?".into())
         );
     }
-    latencies.sort_unstable();
     let ok = latencies.len() as f64;
     summary(
         if method == Method::Put {
@@ -114,9 +113,9 @@ pub fn perf(a: DollyPerfArgs, method: Method, targets: &Endpoints) -> Result<()>
             ("window", a.window.to_string()),
             ("seconds", format!("{elapsed:.3}")),
             ("per_second", format!("{:.0}", ok / elapsed)),
-            ("p50_ms", format!("{:.3}", percentile(&latencies, 0.50))),
-            ("p99_ms", format!("{:.3}", percentile(&latencies, 0.99))),
-            ("max_ms", format!("{:.3}", percentile(&latencies, 1.0))),
+            ("p50_ms", format!("{:.3}", latencies.ms(0.50))),
+            ("p99_ms", format!("{:.3}", latencies.ms(0.99))),
+            ("max_ms", format!("{:.3}", latencies.ms(1.0))),
         ],
     );
     if let Some(e) = last_error {
@@ -144,7 +143,7 @@ fn drive(
     let value = vec![b'v'; size];
     let mut pending: VecDeque<(Vec<u8>, Instant)> = VecDeque::new();
     let mut out = DealerResult {
-        latencies: Vec::with_capacity(count as usize),
+        latencies: Latencies::new(),
         errors: 0,
         last_error: None,
     };
@@ -173,7 +172,7 @@ fn drive(
             bail!("{at}: a reply nobody asked for");
         };
         match reply.method {
-            Method::Put => out.latencies.push(started.elapsed()),
+            Method::Put => out.latencies.record(started.elapsed()),
             _ => {
                 out.errors += 1;
                 out.last_error = Some(String::from_utf8_lossy(&reply.body).into_owned());

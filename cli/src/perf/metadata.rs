@@ -14,7 +14,7 @@ use clap::Args;
 use zper_client::admin::CreateTopic;
 use zper_client::{AdminClient, AdminError, Endpoints};
 
-use super::report::{percentile, summary};
+use super::report::{summary, Latencies};
 
 /// Options of `zper perf metadata`.
 #[derive(Debug, Args)]
@@ -40,7 +40,7 @@ pub struct MetadataArgs {
 }
 
 struct Outcome {
-    latencies: Vec<Duration>,
+    latencies: Latencies,
     errors: u64,
     first_commit: Option<Instant>,
     last_error: Option<String>,
@@ -77,12 +77,12 @@ pub fn run(a: MetadataArgs, targets: &Endpoints) -> Result<()> {
             std::thread::spawn(move || writer(t, per_thread, &admins, token, &prefix, retry))
         })
         .collect();
-    let mut latencies = Vec::new();
+    let mut latencies = Latencies::new();
     let (mut errors, mut first, mut last_error) = (0, None::<Instant>, None);
     for h in handles {
         match h.join() {
             Ok(Ok(o)) => {
-                latencies.extend(o.latencies);
+                latencies.merge(&o.latencies);
                 errors += o.errors;
                 first = match (first, o.first_commit) {
                     (Some(a), Some(b)) => Some(a.min(b)),
@@ -95,14 +95,13 @@ pub fn run(a: MetadataArgs, targets: &Endpoints) -> Result<()> {
         }
     }
     let elapsed = start.elapsed().as_secs_f64();
-    if latencies.is_empty() {
+    if latencies.len() == 0 {
         bail!(
             "no metadata write committed ({errors} failed; last: {})",
             last_error.unwrap_or_default()
         );
     }
-    latencies.sort_unstable();
-    let committed = latencies.len() as u64;
+    let committed = latencies.len();
     summary(
         "metadata",
         &[
@@ -114,9 +113,9 @@ pub fn run(a: MetadataArgs, targets: &Endpoints) -> Result<()> {
                 "commits_per_s",
                 format!("{:.0}", committed as f64 / elapsed),
             ),
-            ("p50_ms", format!("{:.3}", percentile(&latencies, 0.50))),
-            ("p99_ms", format!("{:.3}", percentile(&latencies, 0.99))),
-            ("max_ms", format!("{:.3}", percentile(&latencies, 1.0))),
+            ("p50_ms", format!("{:.3}", latencies.ms(0.50))),
+            ("p99_ms", format!("{:.3}", latencies.ms(0.99))),
+            ("max_ms", format!("{:.3}", latencies.ms(1.0))),
             (
                 "first_commit_ms",
                 format!(
@@ -142,7 +141,7 @@ fn writer(
         .map(|admin| AdminClient::new(admin, token.clone(), Duration::from_secs(15)))
         .collect::<Result<Vec<_>, _>>()?;
     let mut out = Outcome {
-        latencies: Vec::with_capacity(writes as usize),
+        latencies: Latencies::new(),
         errors: 0,
         first_commit: None,
         last_error: None,
@@ -174,7 +173,7 @@ fn writer(
             match result {
                 Ok(()) => {
                     let now = Instant::now();
-                    out.latencies.push(now - started);
+                    out.latencies.record(now - started);
                     out.first_commit.get_or_insert(now);
                     break;
                 }

@@ -8,7 +8,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use zper_client::{endpoint, AckMode, Endpoints, Producer, ProducerOptions};
 
-use super::report::{header, percentile, progress, seq_of, summary};
+use super::report::{header, progress, seq_of, summary, Latencies};
 
 /// Options of `zper perf produce` (names as ProducerPerformance, §10.2).
 #[derive(Debug, Args)]
@@ -65,7 +65,7 @@ pub fn run(a: ProduceArgs, targets: &Endpoints) -> Result<()> {
     for _ in 0..a.threads {
         let (eps, opts, pb, ctx) = (endpoints.clone(), opts.clone(), pb.clone(), shared.clone());
         let (size, window) = (a.size, a.window);
-        handles.push(std::thread::spawn(move || -> Result<Vec<Duration>> {
+        handles.push(std::thread::spawn(move || -> Result<Latencies> {
             let producer = Producer::connect(&ctx, &eps, &opts)?;
             let payload = vec![b'x'; size];
             let lat = match producer.mode() {
@@ -76,18 +76,18 @@ pub fn run(a: ProduceArgs, targets: &Endpoints) -> Result<()> {
                             pb.inc(1024);
                         }
                     }
-                    Vec::new()
+                    Latencies::new()
                 }
                 AckMode::PerFlush => {
                     pipelined(&producer, per_thread, window, &payload, &pb)?;
-                    Vec::new()
+                    Latencies::new()
                 }
                 AckMode::PerMessage => {
-                    let mut lat = Vec::with_capacity(per_thread as usize);
+                    let mut lat = Latencies::new();
                     for seq in 0..per_thread {
                         let t0 = Instant::now();
                         producer.send(&[&header(seq)[..], &payload[..]])?;
-                        lat.push(t0.elapsed());
+                        lat.record(t0.elapsed());
                         pb.inc(1);
                     }
                     lat
@@ -97,13 +97,12 @@ pub fn run(a: ProduceArgs, targets: &Endpoints) -> Result<()> {
             Ok(lat)
         }));
     }
-    let mut lat = Vec::new();
+    let mut lat = Latencies::new();
     for h in handles {
-        lat.extend(h.join().map_err(|_| anyhow!("sender thread panicked"))??);
+        lat.merge(&h.join().map_err(|_| anyhow!("sender thread panicked"))??);
     }
     let secs = start.elapsed().as_secs_f64();
     pb.finish_and_clear();
-    lat.sort_unstable();
     let bytes = total as f64 * (a.size + 5) as f64;
     let mut fields = vec![
         ("mode", a.mode.to_string()),
@@ -124,8 +123,8 @@ pub fn run(a: ProduceArgs, targets: &Endpoints) -> Result<()> {
         ),
     ];
     if a.mode == 2 {
-        fields.push(("p50_ms", format!("{:.3}", percentile(&lat, 0.50))));
-        fields.push(("p99_ms", format!("{:.3}", percentile(&lat, 0.99))));
+        fields.push(("p50_ms", format!("{:.3}", lat.ms(0.50))));
+        fields.push(("p99_ms", format!("{:.3}", lat.ms(0.99))));
     }
     summary("produce", &fields);
     Ok(())

@@ -28,17 +28,65 @@ pub(crate) fn progress(total: u64) -> ProgressBar {
     pb
 }
 
-/// The `p` quantile (0..=1) of ascending `sorted` durations, in ms (0 when empty).
-pub(crate) fn percentile(sorted: &[Duration], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
+/// Latencies of one tool run: an HDR histogram of microseconds (3 significant digits, so
+/// memory stays constant however many requests are measured).
+pub(crate) struct Latencies(hdrhistogram::Histogram<u64>);
+
+impl Latencies {
+    /// An empty record.
+    pub(crate) fn new() -> Self {
+        // An auto-resizing histogram with 3 significant digits: only a precision above 5 fails.
+        Latencies(hdrhistogram::Histogram::new(3).expect("3 significant digits are valid"))
     }
-    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
-    sorted[i].as_secs_f64() * 1000.0
+
+    /// Records one latency.
+    pub(crate) fn record(&mut self, d: Duration) {
+        let _ = self
+            .0
+            .record(d.as_micros().clamp(1, u128::from(u64::MAX / 4)) as u64);
+    }
+
+    /// Adds another run's latencies.
+    pub(crate) fn merge(&mut self, other: &Latencies) {
+        let _ = self.0.add(&other.0);
+    }
+
+    /// How many were recorded.
+    pub(crate) fn len(&self) -> u64 {
+        self.0.len()
+    }
+
+    /// The `p` quantile (0..=1), in ms (0 when empty).
+    pub(crate) fn ms(&self, p: f64) -> f64 {
+        if self.0.is_empty() {
+            return 0.0;
+        }
+        self.0.value_at_quantile(p) as f64 / 1000.0
+    }
 }
 
 /// Prints `perf <tool> key=value ...`.
 pub(crate) fn summary(tool: &str, fields: &[(&str, String)]) {
     let body: Vec<String> = fields.iter().map(|(k, v)| format!("{k}={v}")).collect();
     println!("perf {tool} {}", body.join(" "));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_of_recorded_latencies_in_ms() {
+        let mut a = Latencies::new();
+        assert_eq!(a.ms(0.5), 0.0);
+        for ms in 1..=100u64 {
+            a.record(Duration::from_millis(ms));
+        }
+        let mut b = Latencies::new();
+        b.record(Duration::from_millis(1000));
+        a.merge(&b);
+        assert_eq!(a.len(), 101);
+        assert!((a.ms(0.5) - 51.0).abs() < 0.1, "{}", a.ms(0.5));
+        assert!((a.ms(1.0) - 1000.0).abs() < 1.0, "{}", a.ms(1.0));
+    }
 }

@@ -29,7 +29,7 @@ pub enum ConfigError {
     },
     /// Dolly's `peers.json` (key `dolly.peers`) is unreadable or invalid (`dolly.md` §2).
     #[error(transparent)]
-    DollyPeers(#[from] crate::dolly_peers::PeersError),
+    DollyPeers(#[from] crate::dolly::peers::PeersError),
     /// A value that does not parse or is out of range.
     #[error("config key `{key}`: invalid value {value:?}: {expected}")]
     Value {
@@ -298,9 +298,9 @@ impl NodeConfig {
         // dolly.*.bind keys, when present, win.
         if let Some(path) = get("dolly.peers") {
             let path = Path::new(&path);
-            let peers = crate::dolly_peers::load(path)?;
+            let peers = crate::dolly::peers::load(path)?;
             let explicit = |k: &str| map.contains_key(k);
-            let me = crate::dolly_peers::local(
+            let me = crate::dolly::peers::local(
                 path,
                 &peers,
                 get("dolly.name"),

@@ -30,7 +30,7 @@ use crossbeam_channel::Sender;
 use zper_store::{FlushPolicy, Store};
 use zper_wire::AckMode;
 
-use crate::endpoint::ack::FlushNotice;
+use crate::control::ack::FlushNotice;
 use crate::metrics::Counters;
 use crate::replication::{PlacementView, Waker};
 use front::Front;

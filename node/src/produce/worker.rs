@@ -13,7 +13,7 @@ use zper_wire::AckMode;
 
 use super::acks::{AckBook, Facts};
 use super::{Append, Producer, WriteBatch};
-use crate::endpoint::ack::FlushNotice;
+use crate::control::ack::FlushNotice;
 use crate::metrics::Counters;
 use crate::replication::{PlacementView, Role};
 
@@ -25,7 +25,7 @@ pub(crate) struct TopicWork {
     /// This topic's metrics.
     stats: Arc<crate::metrics::TopicCounters>,
     /// The newest message of each append, for the ack endpoint's notices (issue #13).
-    notice_ids: crate::endpoint::ack::NoticeIds,
+    notice_ids: crate::control::ack::NoticeIds,
     /// Flushed offset last published on the ack endpoint.
     published_end: u64,
     /// Producers waiting for acks.

@@ -27,10 +27,9 @@ pub fn fragment_for(uuid: &[u8], fragments: u32) -> u32 {
     if fragments <= 1 {
         return 0;
     }
-    let h = uuid.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
-    });
-    (h % u64::from(fragments)) as u32
+    let mut h = fnv::FnvHasher::default();
+    std::hash::Hasher::write(&mut h, uuid);
+    (std::hash::Hasher::finish(&h) % u64::from(fragments)) as u32
 }
 
 /// The topic of a store key (`<topic>.<k>` or the topic itself).
@@ -237,6 +236,20 @@ impl TopicCreator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fragment_routing_is_fnv1a_of_the_uuid_and_stays_put() {
+        // FNV-1a 64 of bytes 0..16 is 0x7c84dc9477851775: fragment choice must never change
+        // across versions, or a producer's messages would change fragment (and order).
+        let uuid: Vec<u8> = (0u8..16).collect();
+        assert_eq!(fragment_for(&uuid, 3), 2);
+        assert_eq!(fragment_for(&uuid, 7), 0);
+        assert_eq!(fragment_for(&uuid, 1), 0);
+        assert_eq!(fragment_for(&[], 5), 2, "offset basis mod 5");
+        for f in 1..=16 {
+            assert!(fragment_for(&uuid, f) < f);
+        }
+    }
 
     #[test]
     fn min_insync_defaults_to_two_with_three_replicas_and_is_capped() {

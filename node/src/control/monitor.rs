@@ -30,7 +30,7 @@ pub(crate) fn watch(
     let events = zmq::SocketEvent::ACCEPTED as i32 | zmq::SocketEvent::DISCONNECTED as i32;
     socket.monitor(&address, events)?;
     let pair = ctx.socket(zmq::PAIR)?;
-    pair.set_rcvtimeo(super::POLL_MS as i32)?;
+    pair.set_rcvtimeo(crate::endpoint::POLL_MS as i32)?;
     pair.set_linger(0)?;
     pair.connect(&address)?;
     std::thread::Builder::new()

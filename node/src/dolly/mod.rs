@@ -13,6 +13,9 @@
 //! - Anything malformed gets an `Error` reply when there is a routing identity to send it to;
 //!   the endpoint never stops (the original panicked or exited, §4, §5.7).
 
+pub(crate) mod leader;
+pub mod peers;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -24,7 +27,7 @@ use zper_raft::dolly::DollyPutError;
 use zper_raft::ClusterNode;
 use zper_wire::dolly::{DollyError, Message, Method};
 
-use super::{try_send, POLL_MS};
+use crate::endpoint::{try_send, POLL_MS};
 use crate::metrics::Counters;
 
 /// The node's current Dolly sequence (for `Error` replies, §10 "node_seq").

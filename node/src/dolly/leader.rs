@@ -22,7 +22,7 @@ use tracing::{debug, info, warn};
 use zper_raft::{ClusterNode, DollyUpdate};
 use zper_wire::dolly::{Message, Method};
 
-use super::dolly::{error, malformed_reply, with_id};
+use super::{error, malformed_reply, with_id};
 use crate::metrics::Counters;
 
 /// Updates queued per subscriber before PUB drops (libzmq's default is 1,000).

@@ -25,7 +25,7 @@ use tracing::{debug, debug_span, error, warn};
 use zper_store::{Store, StoreError};
 use zper_wire::{Identity, ReaderReply, ReaderRequest, Status, Timestamp};
 
-use super::{try_send, POLL_MS};
+use crate::endpoint::{try_send, Request, POLL_MS};
 use crate::memory::MemoryBudget;
 use crate::metrics::Counters;
 use crate::replication::PlacementView;
@@ -96,7 +96,7 @@ pub(crate) fn start(
     view: Option<PlacementView>,
     budget: Arc<MemoryBudget>,
 ) -> Result<Reader, zmq::Error> {
-    let (replies, pushes) = super::worker_replies(ctx, "reader-replies", workers)?;
+    let (replies, pushes) = crate::endpoint::worker_replies(ctx, "reader-replies", workers)?;
     // Never full: the front admits at most IN_PROGRESS requests before their replies are back.
     let (tx, rx) = crossbeam_channel::bounded::<Vec<Vec<u8>>>(IN_PROGRESS);
     let mut handles = Vec::with_capacity(workers);
@@ -189,7 +189,7 @@ fn front(
 /// delivered), and counts it.
 fn refuse_overloaded(router: &zmq::Socket, frames: Vec<Vec<u8>>, counters: &Counters) {
     Counters::add(&counters.overloaded, 1);
-    if let Some(req) = super::Request::split(frames) {
+    if let Some(req) = Request::split(frames) {
         let out = req.reply(ReaderReply::Status(Status::InternalError).into_frames());
         if !try_send(router, out) {
             Counters::add(&counters.replies_dropped, 1);
@@ -278,7 +278,7 @@ fn work(
     budget: &MemoryBudget,
 ) {
     for frames in rx {
-        let Some(req) = super::Request::split(frames) else {
+        let Some(req) = Request::split(frames) else {
             continue;
         };
         if !budget.allows(reply_bound(&req.frames, cap)) {

@@ -1,12 +1,6 @@
-//! The ZPER endpoints: one module each. Each runs its zmq sockets on its own threads (zmq sockets
-//! are Send, not Sync) and talks to worker threads through channels and inproc sockets.
-
-pub mod ack;
-pub mod controller;
-pub mod dolly;
-pub(crate) mod dolly_leader;
-pub(crate) mod monitor;
-pub mod reader;
+//! What every endpoint shares: the endpoints a node bound, the poll period, ROUTER request
+//! envelopes and the worker reply sockets. The endpoints themselves are `produce`, `fetch`,
+//! `relay`, `control`, `dolly` and `replication`.
 
 /// The endpoints a node actually bound (ports resolved when the config asked for `*` or `0`).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -19,7 +19,7 @@ use zper_raft::ClusterNode;
 use zper_wire::controller::{ControllerReply, ControllerRequest, Member};
 use zper_wire::Status;
 
-use super::{try_send, POLL_MS};
+use crate::endpoint::{try_send, Request, POLL_MS};
 use crate::metrics::Counters;
 
 /// What the controller endpoint works with.
@@ -120,7 +120,7 @@ pub(crate) fn run(router: zmq::Socket, ctx: Shared, stop: Arc<AtomicBool>) {
             }
         }
         while let Ok(frames) = router.recv_multipart(zmq::DONTWAIT) {
-            let Some(req) = super::Request::split(frames) else {
+            let Some(req) = Request::split(frames) else {
                 continue;
             };
             let reply = match ControllerRequest::decode(&req.frames) {
