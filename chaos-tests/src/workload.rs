@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use zper_client::admin::CreateTopic;
+use zper_client::admin::CreateTopicRequest;
 use zper_client::dolly::DollyReply;
 use zper_client::{AckMode, AdminClient, DollyClient, Producer, ProducerOptions, ReaderClient};
 use zper_wire::{Identity, Records};
@@ -397,9 +397,9 @@ fn topics(ips: &Mutex<Vec<String>>, stop: &AtomicBool, acked: &Mutex<Acked>, dea
     while running(stop, deadline) {
         n += 1;
         let name = format!("meta{n}");
-        let spec = CreateTopic {
+        let spec = CreateTopicRequest {
             replication_factor: Some(1),
-            ..CreateTopic::default()
+            ..CreateTopicRequest::default()
         };
         if admin(n).is_ok_and(|c| c.create_topic(&name, &spec).is_ok()) {
             if let Ok(mut a) = acked.lock() {
@@ -409,19 +409,16 @@ fn topics(ips: &Mutex<Vec<String>>, stop: &AtomicBool, acked: &Mutex<Acked>, dea
         for i in 0..3 {
             let Ok(client) = admin(i) else { continue };
             if let Ok(v) = client.raft() {
-                if let (Some(term), Some(id), Some("Leader")) =
-                    (v["term"].as_u64(), v["id"].as_u64(), v["state"].as_str())
-                {
+                if v.state == "Leader" {
                     if let Ok(mut a) = acked.lock() {
-                        a.terms.entry(term).or_default().insert(id);
+                        a.terms.entry(v.term).or_default().insert(v.id);
                     }
                 }
             }
             if let Ok(v) = client.topic(TOPIC) {
-                let f = &v["fragments"][0];
-                if let (Some(e), Some(l)) = (f["leader_epoch"].as_u64(), f["leader"].as_u64()) {
+                if let Some(f) = v.fragments.first() {
                     if let Ok(mut a) = acked.lock() {
-                        a.epochs.entry(e).or_default().insert(l);
+                        a.epochs.entry(f.leader_epoch).or_default().insert(f.leader);
                     }
                 }
             }

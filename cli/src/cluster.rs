@@ -6,7 +6,7 @@ use clap::Subcommand;
 use serde_json::json;
 use zper_client::Endpoints;
 
-use crate::output::{ids, print, text, AdminTarget};
+use crate::output::{ids, json, print, text, AdminTarget};
 
 /// `zper cluster` subcommands.
 #[derive(Debug, Subcommand)]
@@ -37,8 +37,8 @@ pub fn run(cmd: ClusterCommand, target: &AdminTarget, defaults: &Endpoints) -> R
     let api = target.client(defaults)?;
     match cmd {
         ClusterCommand::Status => {
-            let raft = api.raft()?;
-            let brokers = api.brokers()?;
+            let raft = json(&api.raft()?);
+            let brokers = json(&api.brokers()?);
             let v = json!({ "raft": raft, "brokers": brokers });
             print(target.json, &v, |v| {
                 let r = &v["raft"];
@@ -62,7 +62,7 @@ pub fn run(cmd: ClusterCommand, target: &AdminTarget, defaults: &Endpoints) -> R
             });
         }
         ClusterCommand::Ready => {
-            let v = api.ready()?;
+            let v = json(&api.ready()?);
             print(target.json, &v, |v| {
                 format!(
                     "ready: leader {}, applied {}\n",
@@ -72,7 +72,7 @@ pub fn run(cmd: ClusterCommand, target: &AdminTarget, defaults: &Endpoints) -> R
             });
         }
         ClusterCommand::AddNode { id, http } => {
-            let v = api.add_node(id, &http)?;
+            let v = json(&api.add_node(id, &http)?);
             print(target.json, &v, |v| {
                 format!("voters {}\n", ids(&v["voters"]))
             });

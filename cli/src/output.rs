@@ -34,6 +34,11 @@ impl AdminTarget {
     }
 }
 
+/// A typed view as the JSON the API sent (the views serialize to exactly their wire form).
+pub fn json<T: serde::Serialize>(view: &T) -> Value {
+    serde_json::to_value(view).unwrap_or(Value::Null)
+}
+
 /// A JSON value as table text (`serde_json::Value`'s Display ignores width and alignment).
 pub fn text(v: &Value) -> String {
     match v {

@@ -3,10 +3,10 @@
 use anyhow::Result;
 use clap::Subcommand;
 use serde_json::Value;
-use zper_client::admin::CreateTopic;
+use zper_client::admin::{CreateTopicRequest, FragmentPolicy};
 use zper_client::Endpoints;
 
-use crate::output::{ids, print, text, AdminTarget};
+use crate::output::{ids, json, print, text, AdminTarget};
 
 /// `zper topics` subcommands.
 #[derive(Debug, Subcommand)]
@@ -48,7 +48,7 @@ pub fn run(cmd: TopicsCommand, target: &AdminTarget, defaults: &Endpoints) -> Re
     let api = target.client(defaults)?;
     match cmd {
         TopicsCommand::List => {
-            let v = api.topics()?;
+            let v = json(&api.topics()?);
             print(target.json, &v, |v| {
                 let mut out = format!(
                     "{:<24} {:>9} {:>3} {:>6} {}\n",
@@ -74,19 +74,22 @@ pub fn run(cmd: TopicsCommand, target: &AdminTarget, defaults: &Endpoints) -> Re
             retain_hours,
             policy,
         } => {
-            let spec = CreateTopic {
+            let spec = CreateTopicRequest {
                 fragments,
                 replication_factor,
                 retain_hours,
-                policy,
+                policy: policy.map(|p| match p.as_str() {
+                    "distribution" => FragmentPolicy::Distribution,
+                    _ => FragmentPolicy::Default,
+                }),
             };
-            let v = api.create_topic(&name, &spec)?;
+            let v = json(&api.create_topic(&name, &spec)?);
             print(target.json, &v, |v| {
                 format!("created {}\n", v["name"].as_str().unwrap_or(""))
             });
         }
         TopicsCommand::Describe { name } => {
-            let v = api.topic(&name)?;
+            let v = json(&api.topic(&name)?);
             print(target.json, &v, |v| {
                 let mut out = format!(
                     "{:>8} {:>6} {:>6} {:<12} {:<12} {:>12} {:>12}\n",

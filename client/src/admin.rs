@@ -4,9 +4,14 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use thiserror::Error;
+pub use zper_meta::views::{
+    AddNodeRequest, BrokerView, CreateTopicRequest, FragmentView, RaftView, ReadyView, TopicView,
+    VotersView,
+};
+pub use zper_meta::FragmentPolicy;
 
 /// Why an admin request failed.
 #[derive(Debug, Error)]
@@ -32,6 +37,14 @@ pub enum AdminError {
     /// The HTTP client could not be built or the body not read.
     #[error("admin API: {0}")]
     Http(#[from] reqwest::Error),
+    /// The answer is not the view the route documents (a node of another version?).
+    #[error("admin API {path}: unexpected answer: {message}")]
+    Body {
+        /// The route.
+        path: String,
+        /// What did not match.
+        message: String,
+    },
 }
 
 impl AdminError {
@@ -42,23 +55,6 @@ impl AdminError {
             _ => None,
         }
     }
-}
-
-/// `POST /v1/topics/{name}`'s body: every field optional (the node's defaults apply).
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct CreateTopic {
-    /// Fragments (default 1).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fragments: Option<u32>,
-    /// Copies of each fragment (default min(3, live nodes)).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub replication_factor: Option<u32>,
-    /// Retention, hours (default 168).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub retain_hours: Option<u32>,
-    /// `default` or `distribution` (`pirius.md` §7).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub policy: Option<String>,
 }
 
 /// A blocking client of one node's admin API.
@@ -129,26 +125,46 @@ impl AdminClient {
         Ok(value)
     }
 
+    /// One request whose answer is a JSON view of type `T`.
+    ///
+    /// Errors: as [`AdminClient::call`]; [`AdminError::Body`] when the answer is not a `T`.
+    pub fn call_typed<T: DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<T, AdminError> {
+        let value = self.call(method, path, body)?;
+        serde_json::from_value(value).map_err(|e| AdminError::Body {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })
+    }
+
     /// `GET /v1/topics`: every topic with its fragments.
     ///
-    /// Errors: as [`AdminClient::call`].
-    pub fn topics(&self) -> Result<Value, AdminError> {
-        self.call(reqwest::Method::GET, "/v1/topics", None)
+    /// Errors: as [`AdminClient::call_typed`].
+    pub fn topics(&self) -> Result<Vec<TopicView>, AdminError> {
+        self.call_typed(reqwest::Method::GET, "/v1/topics", None)
     }
 
     /// `GET /v1/topics/{name}`: the topic, its fragments and this node's copies.
     ///
-    /// Errors: as [`AdminClient::call`] (404 `topic_not_found`).
-    pub fn topic(&self, name: &str) -> Result<Value, AdminError> {
-        self.call(reqwest::Method::GET, &format!("/v1/topics/{name}"), None)
+    /// Errors: as [`AdminClient::call_typed`] (404 `topic_not_found`).
+    pub fn topic(&self, name: &str) -> Result<TopicView, AdminError> {
+        self.call_typed(reqwest::Method::GET, &format!("/v1/topics/{name}"), None)
     }
 
     /// `POST /v1/topics/{name}`: creates a topic.
     ///
-    /// Errors: as [`AdminClient::call`] (409 `topic_exists`, 400 `invalid_name`, ...).
-    pub fn create_topic(&self, name: &str, spec: &CreateTopic) -> Result<Value, AdminError> {
+    /// Errors: as [`AdminClient::call_typed`] (409 `topic_exists`, 400 `invalid_name`, ...).
+    pub fn create_topic(
+        &self,
+        name: &str,
+        spec: &CreateTopicRequest,
+    ) -> Result<TopicView, AdminError> {
         let body = serde_json::to_value(spec).unwrap_or_else(|_| json!({}));
-        self.call(
+        self.call_typed(
             reqwest::Method::POST,
             &format!("/v1/topics/{name}"),
             Some(&body),
@@ -158,48 +174,56 @@ impl AdminClient {
     /// `DELETE /v1/topics/{name}`.
     ///
     /// Errors: as [`AdminClient::call`] (404 `topic_not_found`).
-    pub fn delete_topic(&self, name: &str) -> Result<Value, AdminError> {
+    pub fn delete_topic(&self, name: &str) -> Result<(), AdminError> {
         self.call(reqwest::Method::DELETE, &format!("/v1/topics/{name}"), None)
+            .map(drop)
     }
 
-    /// `GET /v1/raft`: term, leader, voters, learners.
+    /// `GET /v1/raft`: term, leader, voters, learners, the metadata's state hash.
     ///
-    /// Errors: as [`AdminClient::call`].
-    pub fn raft(&self) -> Result<Value, AdminError> {
-        self.call(reqwest::Method::GET, "/v1/raft", None)
+    /// Errors: as [`AdminClient::call_typed`].
+    pub fn raft(&self) -> Result<RaftView, AdminError> {
+        self.call_typed(reqwest::Method::GET, "/v1/raft", None)
     }
 
     /// `GET /v1/brokers`: every node with its endpoints and liveness.
     ///
-    /// Errors: as [`AdminClient::call`].
-    pub fn brokers(&self) -> Result<Value, AdminError> {
-        self.call(reqwest::Method::GET, "/v1/brokers", None)
+    /// Errors: as [`AdminClient::call_typed`].
+    pub fn brokers(&self) -> Result<Vec<BrokerView>, AdminError> {
+        self.call_typed(reqwest::Method::GET, "/v1/brokers", None)
     }
 
-    /// `GET /v1/status/ready`: 200 when the node serves.
+    /// `GET /v1/status/ready`: the view when the node serves.
     ///
-    /// Errors: as [`AdminClient::call`] (503 with the reasons).
-    pub fn ready(&self) -> Result<Value, AdminError> {
-        self.call(reqwest::Method::GET, "/v1/status/ready", None)
+    /// Errors: as [`AdminClient::call_typed`] (503 with the view as its message).
+    pub fn ready(&self) -> Result<ReadyView, AdminError> {
+        self.call_typed(reqwest::Method::GET, "/v1/status/ready", None)
     }
 
-    /// `POST /v1/cluster/nodes`: adds node `id` (admin address `http`) as a voter.
+    /// `POST /v1/cluster/nodes`: adds node `id` (admin address `http`) as a voter; the voters
+    /// afterwards.
     ///
-    /// Errors: as [`AdminClient::call`].
-    pub fn add_node(&self, id: u64, http: &str) -> Result<Value, AdminError> {
-        let body = json!({ "id": id, "http": http });
-        self.call(reqwest::Method::POST, "/v1/cluster/nodes", Some(&body))
+    /// Errors: as [`AdminClient::call_typed`].
+    pub fn add_node(&self, id: u64, http: &str) -> Result<VotersView, AdminError> {
+        let body = serde_json::to_value(AddNodeRequest {
+            id,
+            http: http.to_owned(),
+            name: None,
+        })
+        .unwrap_or_else(|_| json!({ "id": id, "http": http }));
+        self.call_typed(reqwest::Method::POST, "/v1/cluster/nodes", Some(&body))
     }
 
     /// `DELETE /v1/cluster/nodes/{id}`.
     ///
     /// Errors: as [`AdminClient::call`].
-    pub fn remove_node(&self, id: u64) -> Result<Value, AdminError> {
+    pub fn remove_node(&self, id: u64) -> Result<(), AdminError> {
         self.call(
             reqwest::Method::DELETE,
             &format!("/v1/cluster/nodes/{id}"),
             None,
         )
+        .map(drop)
     }
 }
 
@@ -209,9 +233,9 @@ mod tests {
 
     #[test]
     fn a_create_body_holds_only_what_was_given() {
-        let body = serde_json::to_value(CreateTopic {
+        let body = serde_json::to_value(CreateTopicRequest {
             fragments: Some(3),
-            ..CreateTopic::default()
+            ..CreateTopicRequest::default()
         })
         .expect("serializes");
         assert_eq!(body, json!({ "fragments": 3 }));

@@ -11,9 +11,11 @@ use axum::routing::{get, post};
 use axum::Extension;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
-use zper_raft::metadata::{
-    Applied, Command, CommandResult, Fragment, FragmentPolicy, PlacementReason, TopicRecord,
+use zper_raft::metadata::views::{
+    AddNodeRequest, BrokerView, CreateTopicRequest, FragmentView, LiveView, RaftView, ReadyView,
+    TopicView, VotersView,
 };
+use zper_raft::metadata::{Applied, Command, CommandResult, Fragment, FragmentPolicy, TopicRecord};
 use zper_raft::network::PROPOSE_PATH;
 use zper_raft::{ClusterNode, NodeEndpoints, NodeId};
 
@@ -81,18 +83,9 @@ pub(crate) async fn read_check(node: &ClusterNode, mode: &ReadMode) -> Result<()
     Ok(())
 }
 
-#[derive(Serialize)]
-struct Ready {
-    ready: bool,
-    member: bool,
-    leader: Option<NodeId>,
-    last_log_index: Option<u64>,
-    last_applied: Option<u64>,
-}
-
 /// 200 when this node is a member (voter or learner), a leader is known and everything in
 /// this node's log is applied; else 503.
-async fn ready(State(node): State<ClusterNode>) -> (StatusCode, Json<Ready>) {
+async fn ready(State(node): State<ClusterNode>) -> (StatusCode, Json<ReadyView>) {
     let m = node.raft.metrics().borrow().clone();
     let applied = m.last_applied.map(|l| l.index);
     let member = m.membership_config.membership().get_node(&m.id).is_some();
@@ -104,7 +97,7 @@ async fn ready(State(node): State<ClusterNode>) -> (StatusCode, Json<Ready>) {
     };
     (
         status,
-        Json(Ready {
+        Json(ReadyView {
             ready: ok,
             member,
             leader: m.current_leader,
@@ -114,18 +107,9 @@ async fn ready(State(node): State<ClusterNode>) -> (StatusCode, Json<Ready>) {
     )
 }
 
-#[derive(Serialize)]
-struct Live {
-    live: bool,
-    state: String,
-    /// Why the Raft core stopped, when it did.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<String>,
-}
-
 /// Liveness (issue #13): 200 while the Raft core runs; 503 once it has stopped (a storage
 /// error such as a full disk), which is when a supervisor should restart the node.
-async fn live(State(node): State<ClusterNode>) -> (StatusCode, Json<Live>) {
+async fn live(State(node): State<ClusterNode>) -> (StatusCode, Json<LiveView>) {
     let m = node.raft.metrics().borrow().clone();
     let error = match &m.running_state {
         Err(fatal) => Some(fatal.to_string()),
@@ -139,7 +123,7 @@ async fn live(State(node): State<ClusterNode>) -> (StatusCode, Json<Live>) {
     };
     (
         status,
-        Json(Live {
+        Json(LiveView {
             live: error.is_none(),
             state: format!("{:?}", m.state),
             error,
@@ -147,28 +131,12 @@ async fn live(State(node): State<ClusterNode>) -> (StatusCode, Json<Live>) {
     )
 }
 
-#[derive(Serialize)]
-struct RaftState {
-    id: NodeId,
-    term: u64,
-    state: String,
-    leader: Option<NodeId>,
-    last_log_index: Option<u64>,
-    last_applied: Option<u64>,
-    voters: Vec<NodeId>,
-    learners: Vec<NodeId>,
-    /// The metadata's applied index and state hash read together (16 hex digits, FNV-1a of
-    /// the canonical JSON): equal on every node at the same applied index.
-    metadata_applied: Option<u64>,
-    state_hash: String,
-}
-
-async fn raft_state(State(node): State<ClusterNode>) -> Json<RaftState> {
+async fn raft_state(State(node): State<ClusterNode>) -> Json<RaftView> {
     let applied = node.state.state();
     let (metadata_applied, meta) = (applied.last_applied.map(|l| l.index), applied.metadata);
     let m = node.raft.metrics().borrow().clone();
     let membership = m.membership_config.membership();
-    Json(RaftState {
+    Json(RaftView {
         id: m.id,
         term: m.current_term,
         state: format!("{:?}", m.state),
@@ -182,26 +150,17 @@ async fn raft_state(State(node): State<ClusterNode>) -> Json<RaftState> {
     })
 }
 
-#[derive(Serialize)]
-struct Broker {
-    id: NodeId,
-    live: bool,
-    lease_until_ms: u64,
-    dolly_leader: bool,
-    endpoints: NodeEndpoints,
-}
-
 async fn brokers(
     State(node): State<ClusterNode>,
     Query(mode): Query<ReadMode>,
-) -> Result<Json<Vec<Broker>>, ApiError> {
+) -> Result<Json<Vec<BrokerView>>, ApiError> {
     read_check(&node, &mode).await?;
     let meta = node.state.cluster_metadata();
     let now = now_ms();
     Ok(Json(
         meta.nodes
             .iter()
-            .map(|(id, n)| Broker {
+            .map(|(id, n)| BrokerView {
                 id: *id,
                 live: n.lease_until_ms > now,
                 lease_until_ms: n.lease_until_ms,
@@ -212,65 +171,33 @@ async fn brokers(
     ))
 }
 
-/// One fragment in a topic view: its placement plus this node's copy's offsets (`null` when
-/// this node holds none).
-#[derive(Serialize)]
-struct FragmentView {
-    id: u32,
-    leader: NodeId,
-    leader_epoch: u64,
-    replicas: Vec<NodeId>,
-    isr: Vec<NodeId>,
-    last_change: Option<PlacementReason>,
-    start_offset: Option<u64>,
-    end_offset: Option<u64>,
-    /// This copy's high-water mark.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    high_water: Option<u64>,
-    /// This copy's leader-epoch history, `[epoch, start offset]` pairs (empty: no copy here
-    /// or never replicated).
-    epochs: Vec<(u64, u64)>,
-}
-
-/// A topic as the admin API shows it.
-#[derive(Serialize)]
-struct TopicView {
-    name: String,
-    replication_factor: u32,
-    retain_hours: u32,
-    policy: FragmentPolicy,
-    fragments: Vec<FragmentView>,
-}
-
-impl TopicView {
-    fn new(name: String, topic: TopicRecord, logs: &Logs) -> Self {
-        let fragments = topic
-            .fragments
-            .into_iter()
-            .map(|f: Fragment| {
-                let local: Option<FragmentOffsets> =
-                    logs.0.as_ref().and_then(|l| l.offsets(&name, f.id));
-                FragmentView {
-                    id: f.id,
-                    leader: f.leader,
-                    leader_epoch: f.leader_epoch,
-                    replicas: f.replicas,
-                    isr: f.isr,
-                    last_change: f.last_change,
-                    start_offset: local.as_ref().map(|o| o.start_offset),
-                    end_offset: local.as_ref().map(|o| o.end_offset),
-                    high_water: local.as_ref().and_then(|o| o.high_water),
-                    epochs: local.map(|o| o.epochs).unwrap_or_default(),
-                }
-            })
-            .collect();
-        TopicView {
-            replication_factor: topic.replication_factor,
-            retain_hours: topic.retain_hours,
-            policy: topic.policy,
-            fragments,
-            name,
-        }
+fn topic_view(name: String, topic: TopicRecord, logs: &Logs) -> TopicView {
+    let fragments = topic
+        .fragments
+        .into_iter()
+        .map(|f: Fragment| {
+            let local: Option<FragmentOffsets> =
+                logs.0.as_ref().and_then(|l| l.offsets(&name, f.id));
+            FragmentView {
+                id: f.id,
+                leader: f.leader,
+                leader_epoch: f.leader_epoch,
+                replicas: f.replicas,
+                isr: f.isr,
+                last_change: f.last_change,
+                start_offset: local.as_ref().map(|o| o.start_offset),
+                end_offset: local.as_ref().map(|o| o.end_offset),
+                high_water: local.as_ref().and_then(|o| o.high_water),
+                epochs: local.map(|o| o.epochs).unwrap_or_default(),
+            }
+        })
+        .collect();
+    TopicView {
+        replication_factor: topic.replication_factor,
+        retain_hours: topic.retain_hours,
+        policy: topic.policy,
+        fragments,
+        name,
     }
 }
 
@@ -285,7 +212,7 @@ async fn topics(
             .cluster_metadata()
             .topics
             .into_iter()
-            .map(|(name, topic)| TopicView::new(name, topic, &logs))
+            .map(|(name, topic)| topic_view(name, topic, &logs))
             .collect(),
     ))
 }
@@ -298,7 +225,7 @@ async fn topic(
 ) -> Result<Json<TopicView>, ApiError> {
     read_check(&node, &mode).await?;
     match node.state.cluster_metadata().topics.remove(&name) {
-        Some(topic) => Ok(Json(TopicView::new(name, topic, &logs))),
+        Some(topic) => Ok(Json(topic_view(name, topic, &logs))),
         None => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "unknown_topic",
@@ -342,25 +269,14 @@ async fn subscriptions(
     }
 }
 
-/// Body of `POST /v1/topics/{name}`; every field is optional.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct CreateTopic {
-    fragments: Option<u32>,
-    replication_factor: Option<u32>,
-    retain_hours: Option<u32>,
-    #[serde(default)]
-    policy: FragmentPolicy,
-}
-
 async fn create_topic(
     State(node): State<ClusterNode>,
     Extension(logs): Extension<Logs>,
     Path(name): Path<String>,
     body: axum::body::Bytes,
 ) -> Result<(StatusCode, Json<TopicView>), ApiError> {
-    let req: CreateTopic = if body.iter().all(u8::is_ascii_whitespace) {
-        CreateTopic::default()
+    let req: CreateTopicRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        CreateTopicRequest::default()
     } else {
         serde_json::from_slice(&body)
             .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", e.to_string()))?
@@ -370,14 +286,11 @@ async fn create_topic(
         fragments: req.fragments,
         replication_factor: req.replication_factor,
         retain_hours: req.retain_hours,
-        policy: req.policy,
+        policy: req.policy.unwrap_or_default(),
         now_ms: now_ms(),
     };
     match node.propose(command).await?? {
-        Applied::Topic(topic) => Ok((
-            StatusCode::CREATED,
-            Json(TopicView::new(name, topic, &logs)),
-        )),
+        Applied::Topic(topic) => Ok((StatusCode::CREATED, Json(topic_view(name, topic, &logs)))),
         other => Err(ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "internal",
@@ -402,25 +315,9 @@ async fn propose_local(
     Json(node.write(command).await.map_err(|e| e.to_string()))
 }
 
-/// Body of `POST /v1/cluster/nodes`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct AddNode {
-    id: NodeId,
-    /// The new node's HTTP address, `host:port`.
-    http: String,
-    #[serde(default)]
-    name: Option<String>,
-}
-
-#[derive(Serialize)]
-struct Voters {
-    voters: Vec<NodeId>,
-}
-
-fn voters(node: &ClusterNode) -> Voters {
+fn voters(node: &ClusterNode) -> VotersView {
     let m = node.raft.metrics().borrow().clone();
-    Voters {
+    VotersView {
         voters: m.membership_config.membership().voter_ids().collect(),
     }
 }
@@ -429,8 +326,8 @@ fn voters(node: &ClusterNode) -> Voters {
 async fn add_node(
     State(node): State<ClusterNode>,
     body: axum::body::Bytes,
-) -> Result<(StatusCode, Json<Voters>), ApiError> {
-    let req: AddNode = serde_json::from_slice(&body)
+) -> Result<(StatusCode, Json<VotersView>), ApiError> {
+    let req: AddNodeRequest = serde_json::from_slice(&body)
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", e.to_string()))?;
     if req.id == 0 || !zper_raft::valid_http_address(&req.http) {
         return Err(ApiError::new(

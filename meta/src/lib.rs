@@ -17,6 +17,7 @@ mod commands;
 mod endpoints;
 pub mod placement;
 pub mod subscription;
+pub mod views;
 
 use std::collections::BTreeMap;
 

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use clap::Args;
 
-use zper_client::admin::CreateTopic;
+use zper_client::admin::CreateTopicRequest;
 use zper_client::{AdminClient, AdminError, Endpoints};
 
 use super::report::{summary, Latencies};
@@ -154,7 +154,9 @@ fn writer(
         loop {
             let client = &clients[(i as usize + attempt + thread as usize) % clients.len()];
             let answer = if create {
-                client.create_topic(&topic, &CreateTopic::default())
+                client
+                    .create_topic(&topic, &CreateTopicRequest::default())
+                    .map(drop)
             } else {
                 client.delete_topic(&topic)
             };
