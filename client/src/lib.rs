@@ -26,7 +26,7 @@
 //! let reader = ReaderClient::connect(&ctx, &node.reader, "orders", Duration::from_secs(5))?;
 //! let start = reader.offset(zper_client::Timestamp::Earliest)?;
 //! let bytes = reader.fetch(start, 1 << 20)?.unwrap_or_default();
-//! for record in zper_wire::Records::new(&bytes) {
+//! for record in zper_client::Records::new(&bytes) {
 //!     println!("{}", String::from_utf8_lossy(record.payload));
 //! }
 //! # Ok(())
@@ -50,4 +50,4 @@ pub use producer::{Producer, ProducerOptions};
 pub use reader::{fetch_messages, ReaderClient};
 pub use results::ResultsListener;
 pub use subscriber::{Event, Subscriber, SubscriberError, SubscriberOptions};
-pub use zper_wire::{AckMode, Status, Timestamp};
+pub use zper_wire::{AckMode, Records, Status, Timestamp};

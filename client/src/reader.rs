@@ -15,7 +15,8 @@ pub struct ReaderClient {
 }
 
 impl ReaderClient {
-    /// Connects (lazily, as zmq does) to `endpoint` for `topic`; replies wait `timeout`.
+    /// Connects (lazily, as zmq does) to `endpoint` for fragment 0 of `topic` (what an
+    /// unchanged ZPER client reads); replies wait `timeout`.
     ///
     /// Errors: an invalid topic; libzmq refusing the endpoint.
     pub fn connect(
@@ -24,10 +25,24 @@ impl ReaderClient {
         topic: &str,
         timeout: Duration,
     ) -> Result<Self, ClientError> {
+        Self::connect_fragment(ctx, endpoint, topic, 0, timeout)
+    }
+
+    /// As [`ReaderClient::connect`], for `fragment` of a topic with several: the identity's
+    /// mode byte names it (docs/protocol.md; a fragment the topic does not have reads 0).
+    ///
+    /// Errors: an invalid topic; libzmq refusing the endpoint.
+    pub fn connect_fragment(
+        ctx: &zmq::Context,
+        endpoint: &str,
+        topic: &str,
+        fragment: u8,
+        timeout: Duration,
+    ) -> Result<Self, ClientError> {
         let z = |what| ClientError::zmq(what, endpoint);
         let socket = ctx.socket(zmq::DEALER).map_err(z("socket for reader"))?;
         socket
-            .set_identity(&identity(topic, 0)?)
+            .set_identity(&identity(topic, fragment)?)
             .map_err(z("identity for reader"))?;
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
         socket.set_rcvtimeo(ms).map_err(z("rcvtimeo"))?;
@@ -141,4 +156,47 @@ pub fn fetch_messages(
         progress(count);
     }
     Ok((count, bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fragment_reader_names_its_fragment_in_the_identity_mode_byte() {
+        let ctx = zmq::Context::new();
+        let router = ctx.socket(zmq::ROUTER).expect("router");
+        router.bind("inproc://reader-fragment").expect("bind");
+        for (fragment, client) in [
+            (
+                2u8,
+                ReaderClient::connect_fragment(
+                    &ctx,
+                    "inproc://reader-fragment",
+                    "orders",
+                    2,
+                    Duration::from_millis(50),
+                ),
+            ),
+            (
+                0,
+                ReaderClient::connect(
+                    &ctx,
+                    "inproc://reader-fragment",
+                    "orders",
+                    Duration::from_millis(50),
+                ),
+            ),
+        ] {
+            let client = client.expect("connects");
+            // Nobody answers: the request times out, but the ROUTER saw the identity.
+            assert!(matches!(
+                client.offset(Timestamp::Latest),
+                Err(ClientError::Timeout { .. })
+            ));
+            let frames = router.recv_multipart(0).expect("request");
+            let id = zper_wire::Identity::parse(&frames[0]).expect("a ZPER identity");
+            assert_eq!((id.topic.as_str(), id.mode), ("orders", fragment));
+        }
+    }
 }

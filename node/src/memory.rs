@@ -1,7 +1,7 @@
 //! The node's memory budget (issue #13, defect 5): every endpoint that builds large replies
 //! for a peer (reader FETCH and stream replies, replication fetches) first asks
 //! [`MemoryBudget::allows`], and answers with a status (or a smaller reply) instead of
-//! allocating past `node.memory_budget`.
+//! allocating past `memory_budget`.
 //!
 //! What is counted is the Rust heap as the allocator reports it (jemalloc's `stats.allocated`,
 //! the `zper` binary's global allocator): replies waiting in libzmq's queues are Rust
@@ -25,7 +25,7 @@ const REFRESH_MS: u64 = 5;
 /// A process-wide ceiling on heap bytes, shared by the endpoints.
 #[derive(Debug)]
 pub struct MemoryBudget {
-    /// The ceiling, bytes (`node.memory_budget`).
+    /// The ceiling, bytes (`memory_budget`).
     limit: u64,
     /// Requests answered with a status (or a smaller reply) because of the ceiling.
     refused: AtomicU64,

@@ -1,4 +1,5 @@
-//! A running zper node: the store plus the writer, reader and ack endpoints (issue #2).
+//! A running zper node: the store, the Raft member and every endpoint (writer, reader, ack,
+//! controller, relay, replication, Dolly), started in order and stopped in reverse.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -12,9 +13,9 @@ use crate::config::NodeConfig;
 use crate::control::ack;
 pub use crate::endpoint::Endpoints;
 pub use crate::error::NodeError;
-use crate::fetch as reader;
+use crate::fetch;
 use crate::metrics::Counters;
-use crate::produce as writer;
+use crate::produce;
 
 /// Unread acks queued per producer connection before further acks to it are dropped.
 pub const WRITER_ACK_HWM: i32 = 100_000;
@@ -177,10 +178,10 @@ impl Node {
                 .spawn(move || ack::run(p, notice_rx, ack_counters))
                 .map_err(|_| zmq::Error::EMFILE)?,
         );
-        let writer = writer::start(
+        let writer = produce::start(
             &ctx,
             w,
-            writer::WriterSettings {
+            produce::WriterSettings {
                 workers: config.writer_workers,
                 max_message: config.max_message,
                 allow_empty_message: config.store.allow_empty_message,
@@ -226,7 +227,7 @@ impl Node {
             },
         )?);
         let cap = config.max_message as u64 + 9;
-        let reader = reader::start(
+        let reader = fetch::start(
             &ctx,
             r,
             config.reader_workers,

@@ -100,7 +100,7 @@ pub struct NodeConfig {
     pub max_message: usize,
     /// Heap bytes past which the node refuses to build more large replies (`memory_budget`,
     /// default 1 GiB, at least 16 MiB; issue #13): reader FETCHes get `[0xFF]` and replica
-    /// fetches are cut to 64 KiB until memory is back under it. See `zper::memory`.
+    /// fetches are cut to 64 KiB until memory is back under it. See `crate::memory`.
     pub memory_budget: u64,
     /// Writer ROUTER receive high-water mark, messages (`receive_hwm`).
     pub receive_hwm: i32,

@@ -1,7 +1,7 @@
 //! The writer's ack book: which producers wait for which offset, and which replies are due.
 //! A pure core (no sockets, no clocks), tested on its own; the worker sends what it returns.
 //!
-//! The promise (issue #13, DEVELOPERS.md "An ack is a promise"): a message is acknowledged only
+//! The promise (issue #13, "an ack is a promise"): a message is acknowledged only
 //! once the offset it ends at is durable, on this node and (replicated topics) on every in-sync
 //! replica with at least `min_insync` of them, that is at or below the high-water mark. When
 //! that cannot hold, waiters are answered with a status instead (`zper.md` §4.5 frames; issue

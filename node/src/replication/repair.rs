@@ -134,7 +134,7 @@ impl Repairs {
                     // Only the one and only copy accepts its cut: what is left is intact and
                     // there is nothing to repair from. A damaged copy that other replicas may
                     // hold more of stays damaged: it neither serves them nor makes them
-                    // truncate (leader.rs, writer.rs) until an in-sync replica is back.
+                    // truncate (leader.rs, produce/worker.rs) until an in-sync replica is back.
                     if damage.cut && frag.replicas.len() <= 1 {
                         let _ = log.repaired();
                     }
