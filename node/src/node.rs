@@ -189,7 +189,7 @@ impl Node {
                 view: Some(view.clone()),
                 min_insync: config.min_insync,
                 acks_leader: config.acks_leader,
-                creator: Some(crate::replication::TopicCreator {
+                creator: Some(crate::produce::create::TopicCreator {
                     cluster: member.node(),
                     runtime: member.handle(),
                     view: view.clone(),

@@ -18,6 +18,8 @@
 //! replies are due given durable offsets, leadership and `min_insync`).
 
 mod acks;
+pub mod create;
+pub mod forward;
 mod front;
 mod worker;
 
@@ -90,7 +92,7 @@ pub(crate) struct WriterSettings {
     /// `min_insync` (issue #4).
     pub(crate) min_insync: Option<u64>,
     /// Creates unknown topics through Raft on their first write (issue #4).
-    pub(crate) creator: Option<crate::replication::TopicCreator>,
+    pub(crate) creator: Option<create::TopicCreator>,
     /// `acks = leader`: ack at the leader's flush, not the high-water mark.
     pub(crate) acks_leader: bool,
 }
@@ -114,7 +116,7 @@ pub(crate) fn start(
     let forward = match (&settings.view, forward_acks) {
         (Some(view), Some(push)) => {
             let (tx, rx) = crossbeam_channel::bounded(1024);
-            let f = crate::replication::forward::Forwarder {
+            let f = forward::Forwarder {
                 ctx: ctx.clone(),
                 view: view.clone(),
                 jobs: rx,

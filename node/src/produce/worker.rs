@@ -41,11 +41,11 @@ pub(crate) struct Worker {
     /// `min_insync` (issue #4).
     pub(crate) min_insync: Option<u64>,
     /// Creates unknown topics on their first write.
-    pub(crate) creator: Option<crate::replication::TopicCreator>,
+    pub(crate) creator: Option<super::create::TopicCreator>,
     /// Topics whose creation failed lately, and when (retried after a second).
     pub(crate) create_failed: HashMap<Arc<str>, Instant>,
     /// Hands writes for topics led elsewhere to the forwarder.
-    pub(crate) forward: Option<Sender<crate::replication::forward::ForwardJob>>,
+    pub(crate) forward: Option<Sender<super::forward::ForwardJob>>,
     /// `acks = leader`.
     pub(crate) acks_leader: bool,
     pub(crate) acks: zmq::Socket,
@@ -218,7 +218,7 @@ impl Worker {
             for a in run {
                 let slice = &bytes[start - base..a.bytes_end - base];
                 start = a.bytes_end;
-                let job = crate::replication::forward::ForwardJob {
+                let job = super::forward::ForwardJob {
                     topic: topic.clone(),
                     routing_id: a.producer.routing_id.clone(),
                     mode: a.producer.mode,

@@ -16,8 +16,8 @@ use tracing::{debug, warn};
 use zper_raft::NodeId;
 use zper_wire::{AckMode, Identity};
 
-use super::view::PlacementView;
 use crate::metrics::Counters;
+use crate::replication::PlacementView;
 
 /// Messages of one producer for a topic another node leads.
 #[derive(Debug)]
@@ -187,14 +187,14 @@ impl Forwarder {
     ) -> Result<zmq::Socket, String> {
         let producer = Identity::parse(routing_id).map_err(|e| e.to_string())?;
         let fragments = self.view.fragment_count(&producer.topic);
-        let wanted = super::fragment_for(&producer.uuid, fragments);
+        let wanted = crate::replication::fragment_for(&producer.uuid, fragments);
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let mut uuid = [0u8; 16];
         uuid[..8].copy_from_slice(&self.view.me().to_be_bytes());
         loop {
             let n = NEXT.fetch_add(1, Ordering::Relaxed);
             uuid[8..].copy_from_slice(&n.to_be_bytes());
-            if super::fragment_for(&uuid, fragments) == wanted {
+            if crate::replication::fragment_for(&uuid, fragments) == wanted {
                 break;
             }
         }
