@@ -46,21 +46,9 @@ fn topic_names(addr: &str) -> Vec<String> {
 
 #[test]
 fn three_processes_elect_survive_sigkill_of_the_leader_and_catch_up() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let mut cluster = TestCluster::start();
+    let ports = cluster.ports.clone();
     let addr = |i: usize| format!("127.0.0.1:{}", ports[i]);
-    let quorum: String = (0..3)
-        .map(|i| format!("controller.quorum.{} = {}\n", i + 1, addr(i)))
-        .collect();
-    let mut nodes: Vec<ChildNode> = (0..3)
-        .map(|i| {
-            ChildNode::start_on(
-                &dir.path().join(format!("n{}", i + 1)),
-                ports[i],
-                &format!("node.id = {}\n{quorum}node.lease_ms = 1500\n", i + 1),
-            )
-        })
-        .collect();
     for i in 0..3 {
         assert!(
             eventually(|| http_status(&addr(i), "/v1/status/ready") == Some(200)),
@@ -92,7 +80,7 @@ fn three_processes_elect_survive_sigkill_of_the_leader_and_catch_up() {
     ));
 
     // SIGKILL the leader: the others elect a new one and keep accepting metadata writes.
-    nodes[leader - 1].kill9();
+    cluster.node(leader as u64).kill9();
     assert!(eventually(|| {
         let l = get_json(&addr(follower - 1), "/v1/raft")["leader"].as_u64();
         l.is_some_and(|l| l as usize != leader)
@@ -122,16 +110,16 @@ fn three_processes_elect_survive_sigkill_of_the_leader_and_catch_up() {
     assert_eq!(s, 201, "{body}");
 
     // The killed node restarts from its data dir and catches up.
-    nodes[leader - 1].restart();
+    cluster.node(leader as u64).restart();
     assert!(eventually(
         || topic_names(&addr(leader - 1)) == ["first", "second"]
     ));
 
     // A full stop and start of all three keeps every committed command.
-    for n in nodes.iter_mut() {
+    for n in cluster.nodes.iter_mut() {
         assert!(n.terminate().success());
     }
-    for n in nodes.iter_mut() {
+    for n in cluster.nodes.iter_mut() {
         n.restart();
     }
     for i in 0..3 {
