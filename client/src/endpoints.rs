@@ -1,6 +1,6 @@
 //! Where a node listens, and the identity a ZPER client presents (spec `zper.md` §3).
 
-use zper_wire::Identity;
+use zper_wire::{endpoint, Identity};
 
 use crate::ClientError;
 
@@ -26,12 +26,12 @@ impl Endpoints {
     /// A node on this machine on the default ports (5555, 5556, 9644, 3266, 5558).
     pub fn local() -> Self {
         Endpoints {
-            writer: "tcp://127.0.0.1:5555".into(),
-            reader: "tcp://127.0.0.1:5556".into(),
-            admin: "127.0.0.1:9644".into(),
+            writer: endpoint::WRITER.local(),
+            reader: endpoint::READER.local(),
+            admin: endpoint::HTTP.local(),
             admin_token: None,
-            dolly: "tcp://127.0.0.1:3266".into(),
-            controller: "tcp://127.0.0.1:5558".into(),
+            dolly: endpoint::DOLLY_REQUESTS.local(),
+            controller: endpoint::CONTROLLER.local(),
         }
     }
 }

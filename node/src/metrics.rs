@@ -20,7 +20,12 @@ pub struct TopicCounters {
 }
 
 /// The zmq endpoints whose open connections are counted, in [`Counters::connections`] order.
-pub const ENDPOINTS: [&str; 4] = ["writer", "reader", "ack", "controller"];
+pub const ENDPOINTS: [&str; 4] = [
+    zper_wire::endpoint::WRITER.name,
+    zper_wire::endpoint::READER.name,
+    zper_wire::endpoint::ACK.name,
+    zper_wire::endpoint::CONTROLLER.name,
+];
 
 /// Upper bounds of the flush latency buckets, seconds (50 µs to ~1.6 s, doubling).
 pub const FLUSH_BUCKETS: [f64; 16] = [

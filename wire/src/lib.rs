@@ -8,6 +8,7 @@
 
 pub mod controller;
 pub mod dolly;
+pub mod endpoint;
 pub mod identity;
 pub mod reader;
 pub mod record;

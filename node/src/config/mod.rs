@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 use zper_store::{FlushPolicy, StoreConfig};
+use zper_wire::endpoint;
 
 /// The embedded default configuration (`zper` with no arguments).
 pub const DEFAULT_PROPERTIES: &str = include_str!("../../config/default.properties");
@@ -151,7 +152,7 @@ impl Default for ClusterSettings {
         ClusterSettings {
             node_id: 1,
             node_name: String::new(),
-            http_bind: "0.0.0.0:9644".into(),
+            http_bind: endpoint::HTTP.default_bind(),
             http_advertise: None,
             voters: Default::default(),
             raft_dir: None,
@@ -169,19 +170,19 @@ impl Default for NodeConfig {
         NodeConfig {
             store: StoreConfig::default(),
             io_threads: 1,
-            writer_bind: "tcp://*:5555".into(),
+            writer_bind: endpoint::WRITER.default_bind(),
             writer_workers: 5,
-            reader_bind: "tcp://*:5556".into(),
+            reader_bind: endpoint::READER.default_bind(),
             reader_workers: 5,
-            ack_bind: "tcp://*:5557".into(),
-            controller_bind: "tcp://*:5558".into(),
-            replica_bind: "tcp://*:5560".into(),
+            ack_bind: endpoint::ACK.default_bind(),
+            controller_bind: endpoint::CONTROLLER.default_bind(),
+            replica_bind: endpoint::REPLICA.default_bind(),
             replica_advertise: None,
-            relay_bind: "tcp://*:5559".into(),
+            relay_bind: endpoint::RELAY.default_bind(),
             subscription_lease: Duration::from_millis(10_000),
-            dolly_requests_bind: "tcp://*:3266".into(),
-            dolly_updates_bind: "tcp://*:3264".into(),
-            dolly_snapshots_bind: "tcp://*:3265".into(),
+            dolly_requests_bind: endpoint::DOLLY_REQUESTS.default_bind(),
+            dolly_updates_bind: endpoint::DOLLY_UPDATES.default_bind(),
+            dolly_snapshots_bind: endpoint::DOLLY_SNAPSHOTS.default_bind(),
             dolly_put_timeout: Duration::from_millis(2000),
             replica_lag: Duration::from_millis(5000),
             min_insync: None,

@@ -191,3 +191,14 @@ fn the_readme_key_table_is_the_key_table() {
         "README.md's key table differs from config::keys (ZPER_BLESS=1 rewrites it)"
     );
 }
+
+#[test]
+fn every_endpoint_of_the_endpoint_table_has_its_key_and_default_here() {
+    for e in zper_wire::endpoint::ALL {
+        let key = keys::KEYS
+            .iter()
+            .find(|k| k.name == e.key)
+            .unwrap_or_else(|| panic!("{} missing from config::keys", e.key));
+        assert_eq!(key.default, e.default_bind(), "{}", e.key);
+    }
+}
