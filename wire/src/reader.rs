@@ -289,6 +289,24 @@ mod tests {
     use proptest::prelude::*;
 
     #[test]
+    fn status_replies_decode_through_the_one_status_table_spec_5_2() {
+        let fetch = ReaderRequest::Fetch {
+            offset: 0,
+            max_bytes: 10,
+        };
+        for s in crate::status::ALL {
+            let decoded = ReaderReply::decode(&fetch, &[vec![s.byte()]]);
+            if s == Status::Ok {
+                assert_eq!(decoded, None, "100 needs its data frame");
+            } else {
+                assert_eq!(decoded, Some(ReaderReply::Status(s)), "{s:?}");
+            }
+        }
+        assert_eq!(ReaderReply::decode(&fetch, &[vec![7]]), None);
+        assert_eq!(ReaderReply::decode(&fetch, &[vec![101], vec![0]]), None);
+    }
+
+    #[test]
     fn fetch_request_bytes_spec_11_3() {
         let frames = ReaderRequest::Fetch {
             offset: 0,
