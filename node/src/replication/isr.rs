@@ -145,7 +145,7 @@ pub(crate) fn report(slot: &OutcomeSlot, outcome: Outcome) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::replication::leader::next_high_water;
+    use crate::replication::high_water::next_high_water;
 
     #[test]
     fn a_replica_proposed_for_the_isr_holds_the_mark_before_the_view_shows_it() {
