@@ -31,6 +31,14 @@ pub enum NodeError {
     /// The configuration contradicts itself (message names the keys).
     #[error("config: {0}")]
     Config(String),
+    /// The OS refused to start an endpoint thread.
+    #[error("cannot start thread {name}: {source}")]
+    Thread {
+        /// The thread's name.
+        name: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
     /// Raft could not start (boxed: openraft's errors are large).
     #[error("raft: {0}")]
     Cluster(Box<zper_raft::ClusterError>),

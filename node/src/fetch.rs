@@ -25,7 +25,10 @@ use tracing::{debug, debug_span, error, warn};
 use zper_store::{Store, StoreError};
 use zper_wire::{Identity, ReaderReply, ReaderRequest, Status, Timestamp};
 
+use crate::config::NodeConfig;
+use crate::context::NodeContext;
 use crate::endpoint::{try_send, Request, POLL_MS};
+use crate::error::NodeError;
 use crate::memory::MemoryBudget;
 use crate::metrics::Counters;
 use crate::replication::PlacementView;
@@ -37,7 +40,7 @@ pub(crate) struct Reader {
 
 /// Requests one connection may have in progress (received, not yet answered); docs promise 16
 /// unread replies per connection, and libzmq queues at most that many more
-/// ([`crate::node::READER_REPLY_HWM`]).
+/// ([`READER_REPLY_HWM`]).
 pub const PER_CONNECTION: usize = 16;
 /// Requests the node has in progress across all connections.
 pub const IN_PROGRESS: usize = 256;
@@ -82,39 +85,49 @@ impl InProgress {
     }
 }
 
-/// Starts the front thread and `workers` worker threads over a bound ROUTER. `cap` bounds the
-/// bytes of one FETCH reply; `budget` is the node's memory budget.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn start(
-    ctx: &zmq::Context,
-    router: zmq::Socket,
-    workers: usize,
-    cap: u64,
-    store: Arc<Store>,
-    counters: Arc<Counters>,
-    stop: Arc<AtomicBool>,
-    view: Option<PlacementView>,
-    budget: Arc<MemoryBudget>,
-) -> Result<Reader, zmq::Error> {
-    let (replies, pushes) = crate::endpoint::worker_replies(ctx, "reader-replies", workers)?;
+/// Unread replies queued per reader connection before further replies to it are dropped.
+pub const READER_REPLY_HWM: i32 = 16;
+
+/// Creates and binds the reader ROUTER (`reader.bind`).
+///
+/// Errors: [`NodeError::Bind`] (address in use, bad endpoint), or a zmq option refused.
+pub(crate) fn bind(zmq: &zmq::Context, config: &NodeConfig) -> Result<zmq::Socket, NodeError> {
+    crate::context::bind(zmq, zmq::ROUTER, &config.reader_bind, |r| {
+        r.set_router_mandatory(true)?;
+        // A reconnecting consumer takes its identity over instead of hanging behind a
+        // half-open connection (the original reader had no handover, spec §2).
+        r.set_router_handover(true)?;
+        // Replies a client has not read yet, per connection: bounds memory at this many FETCH
+        // replies of at most max_message + 9 bytes; further replies are dropped and counted.
+        r.set_sndhwm(READER_REPLY_HWM)?;
+        r.set_sndbuf(config.send_buffer)
+    })
+}
+
+/// Starts the front thread and `reader.workers` worker threads over the bound reader ROUTER.
+/// One FETCH reply holds at most `max_message + 9` bytes.
+///
+/// Errors: an inproc socket or a thread could not be created.
+pub(crate) fn spawn(router: zmq::Socket, nc: &NodeContext) -> Result<Reader, NodeError> {
+    let workers = nc.config.reader_workers;
+    let cap = nc.config.max_message as u64 + 9;
+    let (replies, pushes) = crate::endpoint::worker_replies(&nc.zmq, "reader-replies", workers)?;
     // Never full: the front admits at most IN_PROGRESS requests before their replies are back.
     let (tx, rx) = crossbeam_channel::bounded::<Vec<Vec<u8>>>(IN_PROGRESS);
     let mut handles = Vec::with_capacity(workers);
     for (i, push) in pushes.into_iter().enumerate() {
-        let (rx, store, counters) = (rx.clone(), store.clone(), counters.clone());
-        let remote = view.clone().map(|v| Remote::new(ctx.clone(), v));
-        let budget = budget.clone();
-        handles.push(
-            std::thread::Builder::new()
-                .name(format!("zper-reader-{i}"))
-                .spawn(move || work(rx, push, store, cap, counters, remote, &budget))
-                .map_err(|_| zmq::Error::EMFILE)?,
-        );
+        let (rx, store, counters) = (rx.clone(), nc.store.clone(), nc.counters.clone());
+        let remote = Some(Remote::new(nc.zmq.clone(), nc.view.clone()));
+        let budget = nc.memory.clone();
+        handles.push(crate::context::spawn(
+            &format!("zper-reader-{i}"),
+            move || work(rx, push, store, cap, counters, remote, &budget),
+        )?);
     }
-    let front = std::thread::Builder::new()
-        .name("zper-reader".into())
-        .spawn(move || front(router, replies, tx, handles, counters, stop))
-        .map_err(|_| zmq::Error::EMFILE)?;
+    let (counters, stop) = (nc.counters.clone(), nc.stop());
+    let front = crate::context::spawn("zper-reader", move || {
+        front(router, replies, tx, handles, counters, stop)
+    })?;
     Ok(Reader { front })
 }
 

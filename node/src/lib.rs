@@ -5,17 +5,19 @@
 //! live in `zper-client`.
 
 pub mod config;
+mod context;
 pub mod control;
 pub mod dolly;
 pub mod endpoint;
 pub mod error;
 pub mod fetch;
+mod mailbox;
 pub mod membership;
 pub mod memory;
 pub mod metrics;
 pub mod node;
 pub mod produce;
-mod relay;
+pub(crate) mod relay;
 pub mod replication;
 mod sockets;
 

@@ -5,10 +5,12 @@
 //! prefix.
 
 use std::sync::Arc;
+use std::thread::JoinHandle;
 
 use crossbeam_channel::Receiver;
 use tracing::warn;
 
+use crate::error::NodeError;
 use crate::metrics::Counters;
 
 /// One flush of a topic, as published.
@@ -33,8 +35,36 @@ impl FlushNotice {
     }
 }
 
+/// Flush notices queued between the writer workers and the ack PUB thread, at most. Bounded
+/// (issue #13): a notice that finds the queue full is dropped; the next one covers its range,
+/// as a PUB subscriber past its HWM would see anyway.
+pub const NOTICE_QUEUE: usize = 10_000;
+
+/// Creates and binds the ack PUB (`ack.bind`).
+///
+/// Errors: [`NodeError::Bind`] (address in use, bad endpoint).
+pub(crate) fn bind(
+    zmq: &zmq::Context,
+    config: &crate::config::NodeConfig,
+) -> Result<zmq::Socket, NodeError> {
+    crate::context::bind(zmq, zmq::PUB, &config.ack_bind, |_| Ok(()))
+}
+
+/// Starts the ack PUB thread and returns the sending end of its notice queue; the thread ends
+/// once every sender (the writer workers) is gone.
+///
+/// Errors: the thread could not be started.
+pub(crate) fn spawn(
+    publisher: zmq::Socket,
+    counters: Arc<Counters>,
+) -> Result<(crossbeam_channel::Sender<FlushNotice>, JoinHandle<()>), NodeError> {
+    let (tx, rx) = crossbeam_channel::bounded(NOTICE_QUEUE);
+    let thread = crate::context::spawn("zper-ack", move || run(publisher, rx, counters))?;
+    Ok((tx, thread))
+}
+
 /// Publishes notices until every sender is dropped.
-pub(crate) fn run(publisher: zmq::Socket, notices: Receiver<FlushNotice>, counters: Arc<Counters>) {
+fn run(publisher: zmq::Socket, notices: Receiver<FlushNotice>, counters: Arc<Counters>) {
     for notice in notices {
         // PUB never blocks: a slow subscriber loses notices at its HWM, as ZeroMQ PUB does.
         match publisher.send_multipart(notice.frames(), zmq::DONTWAIT) {

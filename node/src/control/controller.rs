@@ -5,11 +5,12 @@
 //! Information requests are cheap (an in-memory read) and answered on this thread.
 //!
 //! `SUBSCRIBE`, `KEEPALIVE` and `UNSUBSCRIBE` (issue #7, `pirius.md` §16.2) are Raft proposals:
-//! each runs as a task on the node's runtime and its reply comes back through a channel, so a
-//! slow commit never holds up other clients. The reply to SUBSCRIBE/KEEPALIVE lists the
+//! each runs as a task on the node's runtime and its reply comes back through the loop's
+//! [`Mailbox`](crate::mailbox::Mailbox), so a slow commit never holds up other clients and a
+//! committed one is answered at once (not at the next poll timeout). The reply to SUBSCRIBE/KEEPALIVE lists the
 //! subscriber's fragments with the group's committed offsets and the relays that hold them.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -19,7 +20,11 @@ use zper_raft::ClusterNode;
 use zper_wire::controller::{ControllerReply, ControllerRequest, Member};
 use zper_wire::Status;
 
-use crate::endpoint::{try_send, Request, POLL_MS};
+use crate::config::NodeConfig;
+use crate::context::NodeContext;
+use crate::endpoint::{try_send, Request};
+use crate::error::NodeError;
+use crate::mailbox::{Mailbox, Postbox};
 use crate::metrics::Counters;
 
 /// What the controller endpoint works with.
@@ -100,23 +105,52 @@ async fn subscription(
 /// reply channel holds at most this many replies, so it needs no bound of its own.
 pub const SUBSCRIPTIONS_IN_PROGRESS: usize = 1024;
 
-/// Serves the controller ROUTER until `stop` is set.
-pub(crate) fn run(router: zmq::Socket, ctx: Shared, stop: Arc<AtomicBool>) {
+/// Creates and binds the controller ROUTER (`controller.bind`).
+///
+/// Errors: [`NodeError::Bind`] (address in use, bad endpoint), or a zmq option refused.
+pub(crate) fn bind(zmq: &zmq::Context, config: &NodeConfig) -> Result<zmq::Socket, NodeError> {
+    crate::context::bind(zmq, zmq::ROUTER, &config.controller_bind, |c| {
+        c.set_router_mandatory(true)
+    })
+}
+
+/// Starts the controller thread over the bound ROUTER; it ends at shutdown.
+///
+/// Errors: the mailbox or the thread could not be created.
+pub(crate) fn spawn(
+    router: zmq::Socket,
+    nc: &NodeContext,
+) -> Result<std::thread::JoinHandle<()>, NodeError> {
+    let ctx = Shared {
+        cluster: nc.cluster.clone(),
+        runtime: nc.runtime.clone(),
+        counters: nc.counters.clone(),
+        lease: nc.config.subscription_lease,
+    };
+    let (mailbox, postbox) = nc.mailbox("controller")?;
+    crate::context::spawn("zper-controller", move || {
+        run(router, ctx, mailbox, postbox)
+    })
+}
+
+/// Serves the controller ROUTER until shutdown; subscription replies arrive in `mailbox`.
+fn run(
+    router: zmq::Socket,
+    ctx: Shared,
+    mailbox: Mailbox<Vec<Vec<u8>>>,
+    tx: Postbox<Vec<Vec<u8>>>,
+) {
     let counters = ctx.counters.clone();
-    let (tx, rx) = crossbeam_channel::unbounded::<Vec<Vec<u8>>>();
     let in_progress = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    while !stop.load(Ordering::Relaxed) {
-        while let Ok(out) = rx.try_recv() {
+    while !mailbox.stopping() {
+        let mut items = [router.as_poll_item(zmq::POLLIN), mailbox.poll_item()];
+        if let Err(e) = zmq::poll(&mut items, -1) {
+            warn!(error = %e, "controller poll failed");
+            break;
+        }
+        for out in mailbox.drain() {
             if !try_send(&router, out) {
                 Counters::add(&counters.replies_dropped, 1);
-            }
-        }
-        match router.poll(zmq::POLLIN, POLL_MS.min(10)) {
-            Ok(0) => continue,
-            Ok(_) => {}
-            Err(e) => {
-                warn!(error = %e, "controller poll failed");
-                break;
             }
         }
         while let Ok(frames) = router.recv_multipart(zmq::DONTWAIT) {
@@ -143,7 +177,7 @@ pub(crate) fn run(router: zmq::Socket, ctx: Shared, stop: Arc<AtomicBool>) {
                     ctx.runtime.spawn(
                         async move {
                             let reply = subscription(&cluster, r, lease).await;
-                            let _ = tx.send(req.reply(reply.into_frames()));
+                            let _ = tx.post(req.reply(reply.into_frames()));
                             left.fetch_sub(1, Ordering::AcqRel);
                         }
                         .instrument(tracing::debug_span!("controller_subscription")),

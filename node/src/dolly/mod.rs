@@ -17,17 +17,20 @@ pub(crate) mod leader;
 pub mod peers;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crossbeam_channel::Sender;
 use tracing::{debug, warn, Instrument};
 use zper_raft::dolly::DollyPutError;
 use zper_raft::ClusterNode;
 use zper_wire::dolly::{DollyError, Message, Method};
 
-use crate::endpoint::{try_send, POLL_MS};
+use crate::config::NodeConfig;
+use crate::context::NodeContext;
+use crate::endpoint::try_send;
+use crate::error::NodeError;
+use crate::mailbox::{Mailbox, Postbox};
 use crate::metrics::Counters;
 
 /// The node's current Dolly sequence (for `Error` replies, §10 "node_seq").
@@ -116,7 +119,7 @@ impl Connection {
     fn start(
         ctx: &Arc<Shared>,
         routing_id: Vec<u8>,
-        replies: Sender<Vec<Vec<u8>>>,
+        replies: Postbox<Vec<Vec<u8>>>,
         total: &Arc<AtomicUsize>,
     ) -> Self {
         // Unbounded in type only: `run` queues at most PENDING_PER_CONNECTION.
@@ -132,7 +135,7 @@ impl Connection {
                         _ => Some(not_a_request(&ctx, &msg)),
                     };
                     if let Some(reply) = reply {
-                        let _ = replies.send(with_id(routing_id.clone(), &reply));
+                        let _ = replies.post(with_id(routing_id.clone(), &reply));
                     }
                     // After the reply is queued: the endpoint answers this connection inline
                     // again only once everything before is on its way.
@@ -201,8 +204,8 @@ pub const PENDING_PER_CONNECTION: usize = 1000;
 /// Requests queued or in progress across all connections.
 pub const PENDING_TOTAL: usize = 10_000;
 
-fn flush(router: &zmq::Socket, rx: &crossbeam_channel::Receiver<Vec<Vec<u8>>>, c: &Counters) {
-    while let Ok(frames) = rx.try_recv() {
+fn flush(router: &zmq::Socket, mailbox: &Mailbox<Vec<Vec<u8>>>, c: &Counters) {
+    for frames in mailbox.drain() {
         if !try_send(router, frames) {
             Counters::add(&c.replies_dropped, 1);
         }
@@ -219,21 +222,65 @@ fn refuse_busy(router: &zmq::Socket, ctx: &Shared, routing_id: &[u8], key: &[u8]
     }
 }
 
-/// Serves the requests ROUTER until `stop`. A Get from a connection with nothing in progress
-/// is answered at once on this thread; anything else goes to the connection's task.
-pub(crate) fn run(router: zmq::Socket, ctx: Shared, stop: Arc<AtomicBool>) {
+/// Creates and binds the Dolly requests ROUTER (`dolly.requests.bind`, default 3266).
+///
+/// Errors: [`NodeError::Bind`] (address in use, bad endpoint), or a zmq option refused.
+pub(crate) fn bind(zmq: &zmq::Context, config: &NodeConfig) -> Result<zmq::Socket, NodeError> {
+    crate::context::bind(zmq, zmq::ROUTER, &config.dolly_requests_bind, |d| {
+        d.set_router_mandatory(true)
+    })
+}
+
+/// Starts the requests thread over the bound ROUTER, and the thread that binds the updates PUB
+/// and snapshots ROUTER (`binds`, ports resolved) while this node leads Raft. Both end at
+/// shutdown.
+///
+/// Errors: the mailbox or a thread could not be created.
+pub(crate) fn spawn(
+    router: zmq::Socket,
+    binds: leader::Binds,
+    nc: &NodeContext,
+) -> Result<Vec<std::thread::JoinHandle<()>>, NodeError> {
+    let ctx = Shared {
+        cluster: nc.cluster.clone(),
+        runtime: nc.runtime.clone(),
+        counters: nc.counters.clone(),
+        put_timeout: nc.config.dolly_put_timeout,
+        memory: nc.memory.clone(),
+    };
+    let (mailbox, postbox) = nc.mailbox("dolly")?;
+    let requests = crate::context::spawn("zper-dolly", move || run(router, ctx, mailbox, postbox))?;
+    let (zmq, cluster, counters, stop) = (
+        nc.zmq.clone(),
+        nc.cluster.clone(),
+        nc.counters.clone(),
+        nc.stop(),
+    );
+    let leader = crate::context::spawn("zper-dolly-leader", move || {
+        leader::run(zmq, binds, cluster, counters, stop)
+    })?;
+    Ok(vec![requests, leader])
+}
+
+/// Serves the requests ROUTER until shutdown. A Get from a connection with nothing in progress
+/// is answered at once on this thread; anything else goes to the connection's task, whose
+/// replies arrive in `mailbox` (at most PENDING_TOTAL, one per request in progress).
+fn run(
+    router: zmq::Socket,
+    ctx: Shared,
+    mailbox: Mailbox<Vec<Vec<u8>>>,
+    tx: Postbox<Vec<Vec<u8>>>,
+) {
     let ctx = Arc::new(ctx);
     let counters = ctx.counters.clone();
-    // Holds at most PENDING_TOTAL replies (one per request in progress) plus what one pass
-    // reads before flushing.
-    let (tx, rx) = crossbeam_channel::unbounded::<Vec<Vec<u8>>>();
     let mut connections: HashMap<Vec<u8>, Connection> = HashMap::new();
     let total = Arc::new(AtomicUsize::new(0));
-    while !stop.load(Ordering::Relaxed) {
-        flush(&router, &rx, &counters);
-        match router.poll(zmq::POLLIN, POLL_MS.min(10)) {
-            Ok(0) => continue,
-            Ok(_) => {}
+    while !mailbox.stopping() {
+        flush(&router, &mailbox, &counters);
+        let mut items = [router.as_poll_item(zmq::POLLIN), mailbox.poll_item()];
+        match zmq::poll(&mut items, -1) {
+            Ok(_) if items[0].is_readable() => {}
+            Ok(_) => continue,
             Err(e) => {
                 warn!(error = %e, "dolly poll failed");
                 break;
@@ -270,7 +317,7 @@ pub(crate) fn run(router: zmq::Socket, ctx: Shared, stop: Arc<AtomicBool>) {
         if !busy && msg.method != Method::Put {
             // Everything this connection asked before has been answered into `rx`: send
             // those first, then this.
-            flush(&router, &rx, &counters);
+            flush(&router, &mailbox, &counters);
             let reply = match msg.method {
                 Method::Get => get(&ctx, &msg.key),
                 _ => not_a_request(&ctx, &msg),

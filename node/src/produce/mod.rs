@@ -24,17 +24,18 @@ mod front;
 mod worker;
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crossbeam_channel::Sender;
-use zper_store::{FlushPolicy, Store};
 use zper_wire::AckMode;
 
+use crate::config::NodeConfig;
+use crate::context::{spawn as spawn_thread, NodeContext};
 use crate::control::ack::FlushNotice;
-use crate::metrics::Counters;
-use crate::replication::{PlacementView, Waker};
+use crate::error::NodeError;
+use crate::replication::Waker;
+use create::{CreateTopics, ParkingLot};
 use front::Front;
 use worker::Worker;
 
@@ -79,90 +80,97 @@ pub(crate) struct Writer {
     pub(crate) waker: Waker,
 }
 
-/// Settings the writer needs.
-pub(crate) struct WriterSettings {
-    pub(crate) workers: usize,
-    pub(crate) max_message: usize,
-    /// `allow_empty_message`: when false, messages whose last frame is empty are dropped, since
-    /// recovery would cut the log at them (spec §6.3).
-    pub(crate) allow_empty_message: bool,
-    pub(crate) policy: FlushPolicy,
-    /// Who leads each topic (issue #4); `None`: every topic is local.
-    pub(crate) view: Option<PlacementView>,
-    /// `min_insync` (issue #4).
-    pub(crate) min_insync: Option<u64>,
-    /// Creates unknown topics through Raft on their first write (issue #4).
-    pub(crate) creator: Option<create::TopicCreator>,
-    /// `acks = leader`: ack at the leader's flush, not the high-water mark.
-    pub(crate) acks_leader: bool,
+/// Unread acks queued per producer connection before further acks to it are dropped.
+pub const WRITER_ACK_HWM: i32 = 100_000;
+
+/// Creates and binds the writer ROUTER (`writer.bind`) with the options the produce path
+/// relies on.
+///
+/// Errors: [`NodeError::Bind`] (address in use, bad endpoint), or a zmq option refused.
+pub(crate) fn bind(zmq: &zmq::Context, config: &NodeConfig) -> Result<zmq::Socket, NodeError> {
+    crate::context::bind(zmq, zmq::ROUTER, &config.writer_bind, |w| {
+        w.set_router_handover(true)?; // §2: a new connection takes an identity over
+        w.set_router_mandatory(true)?; // undeliverable acks fail and are counted
+                                       // Acks are small; a pipelining mode-2 DEALER may fall this far behind before acks drop.
+        w.set_sndhwm(WRITER_ACK_HWM)?;
+        w.set_rcvhwm(config.receive_hwm)?;
+        w.set_rcvbuf(config.receive_buffer)?;
+        // Frames over max_message are dropped and counted by the front; libzmq itself cuts a
+        // connection only past 8 x max_message (the original's ring buffer), to bound memory.
+        w.set_maxmsgsize((config.max_message as i64).saturating_mul(8))
+    })
 }
 
-/// Starts the front thread and `workers` worker threads over a bound ROUTER.
-pub(crate) fn start(
-    ctx: &zmq::Context,
+/// Starts the front thread, `writer.workers` worker threads and the forwarder over the bound
+/// writer ROUTER; flush notices go to `notices` (the ack PUB). Every thread ends at shutdown,
+/// workers after appending and flushing what they hold.
+///
+/// Errors: an inproc socket or a thread could not be created.
+pub(crate) fn spawn(
     router: zmq::Socket,
-    settings: WriterSettings,
-    store: Arc<Store>,
+    nc: &NodeContext,
     notices: Sender<FlushNotice>,
-    counters: Arc<Counters>,
-    stop: Arc<AtomicBool>,
-) -> Result<Writer, zmq::Error> {
-    let view = settings.view.clone();
+) -> Result<Writer, NodeError> {
+    let config = &nc.config;
+    let creator: Arc<dyn CreateTopics> = Arc::new(create::TopicCreator {
+        cluster: nc.cluster.clone(),
+        runtime: nc.runtime.clone(),
+        view: nc.view.clone(),
+        retain_hours: Some(
+            config
+                .store
+                .retain
+                .as_secs()
+                .div_ceil(3600)
+                .clamp(1, u64::from(u32::MAX)) as u32,
+        ),
+    });
+    let workers = config.writer_workers;
     // One ack push per worker, plus one for the forwarder (issue #4).
-    let (acks, mut pushes) =
-        crate::endpoint::worker_replies(ctx, "writer-acks", settings.workers + 1)?;
-    let forward_acks = pushes.pop();
-    let mut forwarder_thread = None;
-    let forward = match (&settings.view, forward_acks) {
-        (Some(view), Some(push)) => {
-            let (tx, rx) = crossbeam_channel::bounded(1024);
-            let f = forward::Forwarder {
-                ctx: ctx.clone(),
-                view: view.clone(),
-                jobs: rx,
-                acks: push,
-                counters: counters.clone(),
-                stop: stop.clone(),
-            };
-            forwarder_thread = Some(
-                std::thread::Builder::new()
-                    .name("zper-forward".into())
-                    .spawn(move || f.run())
-                    .map_err(|_| zmq::Error::EMFILE)?,
-            );
-            Some(tx)
-        }
-        _ => None,
-    };
-    let mut senders = Vec::with_capacity(settings.workers);
-    let mut workers = Vec::with_capacity(settings.workers);
-    let mut wakers = Vec::with_capacity(settings.workers);
+    let (acks, mut pushes) = crate::endpoint::worker_replies(&nc.zmq, "writer-acks", workers + 1)?;
+    let mut threads = Vec::with_capacity(workers + 1);
+    let (forward_tx, forward_rx) = crossbeam_channel::bounded(1024);
+    if let Some(push) = pushes.pop() {
+        let f = forward::Forwarder {
+            ctx: nc.zmq.clone(),
+            view: nc.view.clone(),
+            jobs: forward_rx,
+            acks: push,
+            counters: nc.counters.clone(),
+            stop: nc.stop(),
+        };
+        threads.push(spawn_thread("zper-forward", move || f.run())?);
+    }
+    let mut senders = Vec::with_capacity(workers);
+    let mut wakers = Vec::with_capacity(workers);
     for (i, push) in pushes.into_iter().enumerate() {
         let (tx, rx) = crossbeam_channel::bounded(16);
         let (wake_tx, wake) = crossbeam_channel::bounded(1);
+        // One creation per topic being created, at most PARKED_TOPICS.
+        let (created_tx, created) = crossbeam_channel::unbounded();
         wakers.push(wake_tx);
         let worker = Worker {
             rx,
             wake,
-            view: view.clone(),
-            min_insync: settings.min_insync,
-            creator: settings.creator.clone(),
+            view: Some(nc.view.clone()),
+            min_insync: config.min_insync,
+            creator: Some(creator.clone()),
             create_failed: HashMap::new(),
-            forward: forward.clone(),
-            acks_leader: settings.acks_leader,
+            parked: ParkingLot::default(),
+            created_tx,
+            created,
+            forward: Some(forward_tx.clone()),
+            acks_leader: config.acks_leader,
             acks: push,
             notices: notices.clone(),
-            store: store.clone(),
-            policy: settings.policy,
+            store: nc.store.clone(),
+            policy: config.store.flush,
             topics: HashMap::new(),
-            counters: counters.clone(),
+            counters: nc.counters.clone(),
         };
-        workers.push(
-            std::thread::Builder::new()
-                .name(format!("zper-writer-{i}"))
-                .spawn(move || worker.run())
-                .map_err(|_| zmq::Error::EMFILE)?,
-        );
+        threads.push(spawn_thread(&format!("zper-writer-{i}"), move || {
+            worker.run()
+        })?);
         senders.push(tx);
     }
     let front = Front {
@@ -170,19 +178,17 @@ pub(crate) fn start(
         acks,
         senders,
         producers: HashMap::new(),
-        max_message: settings.max_message,
-        allow_empty_message: settings.allow_empty_message,
-        counters,
-        stop,
+        max_message: config.max_message,
+        allow_empty_message: config.store.allow_empty_message,
+        counters: nc.counters.clone(),
+        stop: nc.stop(),
     };
-    let mut workers = workers;
-    workers.extend(forwarder_thread);
-    let front = std::thread::Builder::new()
-        .name("zper-writer".into())
-        .spawn(move || front.run(workers))
-        .map_err(|_| zmq::Error::EMFILE)?;
+    let front = spawn_thread("zper-writer", move || front.run(threads))?;
     Ok(Writer {
         front,
         waker: Waker::new(wakers),
     })
 }
+
+#[cfg(test)]
+mod tests;

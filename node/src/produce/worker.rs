@@ -12,6 +12,7 @@ use zper_store::{FlushPolicy, Store, TopicLog};
 use zper_wire::AckMode;
 
 use super::acks::{AckBook, Facts};
+use super::create::{park_unknown, retry_due, CreateTopics, Created, ParkingLot};
 use super::{Append, Producer, WriteBatch};
 use crate::control::ack::FlushNotice;
 use crate::metrics::Counters;
@@ -41,9 +42,15 @@ pub(crate) struct Worker {
     /// `min_insync` (issue #4).
     pub(crate) min_insync: Option<u64>,
     /// Creates unknown topics on their first write.
-    pub(crate) creator: Option<super::create::TopicCreator>,
+    pub(crate) creator: Option<Arc<dyn CreateTopics>>,
     /// Topics whose creation failed lately, and when (retried after a second).
     pub(crate) create_failed: HashMap<Arc<str>, Instant>,
+    /// Writes waiting for their topic's creation.
+    pub(crate) parked: ParkingLot,
+    /// The worker's mailbox for creation outcomes: the sending end handed to the creator...
+    pub(crate) created_tx: Sender<Created>,
+    /// ... and the receiving end, selected beside the batches.
+    pub(crate) created: Receiver<Created>,
     /// Hands writes for topics led elsewhere to the forwarder.
     pub(crate) forward: Option<Sender<super::forward::ForwardJob>>,
     /// `acks = leader`.
@@ -66,6 +73,12 @@ impl Worker {
                 });
             let received = crossbeam_channel::select! {
                 recv(self.rx) -> b => b.map_err(|_| RecvTimeoutError::Disconnected),
+                recv(self.created) -> c => {
+                    if let Ok(c) = c {
+                        self.created(c);
+                    }
+                    Err(RecvTimeoutError::Timeout)
+                }
                 recv(self.wake) -> _ => Err(RecvTimeoutError::Timeout),
                 default(timeout) => Err(RecvTimeoutError::Timeout),
             };
@@ -82,6 +95,9 @@ impl Worker {
                 }
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => {
+                    for parked in self.parked.drain() {
+                        self.refuse_all(&parked.appends, zper_wire::WRITER_UNAVAILABLE);
+                    }
                     self.flush_due(true);
                     return;
                 }
@@ -146,19 +162,10 @@ impl Worker {
     }
 
     fn apply(&mut self, batch: WriteBatch) {
-        // A topic this node's view does not know yet: create it (or load what was just
-        // applied) before choosing fragments, so a producer's first messages go where its
-        // later ones will.
-        let mut seen: Vec<&Arc<str>> = Vec::new();
-        for a in &batch.appends {
-            let t = &a.producer.topic;
-            if !seen.contains(&t) {
-                seen.push(t);
-                if self.view.as_ref().is_some_and(|v| v.fragment(t).is_none()) {
-                    self.ensure_created(t);
-                }
-            }
-        }
+        // A topic this node's view does not know yet waits for its creation (started here,
+        // answered through `created`) before fragments are chosen, so a producer's first
+        // messages go where its later ones will; every other topic goes on meanwhile.
+        let batch = self.park_unknown(batch);
         let keys: Vec<Arc<str>> = batch
             .appends
             .iter()
@@ -191,16 +198,6 @@ impl Worker {
         messages: u64,
     ) {
         let counters = self.counters.clone();
-        let topic_name = run
-            .first()
-            .map_or_else(|| topic.clone(), |a| a.producer.topic.clone());
-        if !self.ensure_created(&topic_name) {
-            Counters::add(&counters.append_errors, messages);
-            for a in run {
-                self.refuse(a, zper_wire::WRITER_UNAVAILABLE);
-            }
-            return;
-        }
         let role = self.view.as_ref().map_or(Role::Local, |v| v.role(topic));
         if role == Role::Fenced {
             // The metadata says this node leads, but its lease is not current: it may have
@@ -324,33 +321,64 @@ impl Worker {
         }
     }
 
-    /// True when `topic` is in the cluster metadata, creating it on first sight; false when it
-    /// could not be created (failures are remembered for a second, so a dead quorum does not
-    /// stall the worker on every batch).
-    fn ensure_created(&mut self, topic: &Arc<str>) -> bool {
-        let Some(creator) = &self.creator else {
-            return true;
+    /// Parks the writes of topics being created (starting creations on first sight) and
+    /// returns the rest. Within a second of a failed creation that topic's writes are refused
+    /// with 105 at once; so are writes the parking lot has no room for.
+    fn park_unknown(&mut self, batch: WriteBatch) -> WriteBatch {
+        let Some(creator) = self.creator.clone() else {
+            return batch;
         };
-        if creator.view.fragment(topic).is_some() {
-            return true;
+        let mut refused = Vec::new();
+        let mut started = Vec::new();
+        let failed = &self.create_failed;
+        let now = park_unknown(
+            batch,
+            &mut self.parked,
+            |t| creator.known(t),
+            |t| started.push(t.clone()),
+            |a, full| refused.push((a, Some(full))),
+        );
+        for topic in started {
+            if retry_due(failed.get(&topic)) {
+                creator.start(topic, self.created_tx.clone());
+            } else if let Some(b) = self.parked.release(&topic) {
+                refused.extend(b.appends.into_iter().map(|a| (a, None)));
+            }
         }
-        if self
-            .create_failed
-            .get(topic)
-            .is_some_and(|t| t.elapsed() < Duration::from_secs(1))
-        {
-            return false;
+        for (a, full) in refused {
+            if let Some(full) = full {
+                warn!(topic = %a.producer.topic, ?full, "no room to wait for topic creation");
+            }
+            self.refuse_all(std::slice::from_ref(&a), zper_wire::WRITER_UNAVAILABLE);
         }
-        match creator.ensure(topic) {
+        now
+    }
+
+    /// A creation ended: append what waited for it, or refuse it with 105.
+    fn created(&mut self, c: Created) {
+        let parked = self.parked.release(&c.topic);
+        match c.result {
             Ok(()) => {
-                self.create_failed.remove(topic);
-                true
+                self.create_failed.remove(&c.topic);
+                if let Some(batch) = parked {
+                    self.apply(batch);
+                }
             }
             Err(e) => {
-                warn!(topic = %topic, error = %e, "cannot create topic");
-                self.create_failed.insert(topic.clone(), Instant::now());
-                false
+                warn!(topic = %c.topic, error = %e, "cannot create topic");
+                self.create_failed.insert(c.topic, Instant::now());
+                if let Some(batch) = parked {
+                    self.refuse_all(&batch.appends, zper_wire::WRITER_UNAVAILABLE);
+                }
             }
+        }
+    }
+
+    /// Counts `runs` as append errors and refuses each with `status`.
+    fn refuse_all(&self, runs: &[Append], status: u8) {
+        for a in runs {
+            Counters::add(&self.counters.append_errors, a.messages);
+            self.refuse(a, status);
         }
     }
 

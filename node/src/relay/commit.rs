@@ -81,7 +81,7 @@ impl Relay {
                 Ok(Err(e)) => Ok(Err(refusal(&e))),
                 Err(e) => Err(e.to_string()),
             };
-            let _ = tx.send(CommitDone {
+            let _ = tx.post(CommitDone {
                 key,
                 offset,
                 result,
@@ -90,7 +90,7 @@ impl Relay {
     }
 
     pub(super) fn settle_commits(&mut self) {
-        let done: Vec<CommitDone> = self.done_rx.try_iter().collect();
+        let done: Vec<CommitDone> = self.mailbox.drain();
         for d in done {
             let Some(c) = self.commits.get_mut(&d.key) else {
                 continue;

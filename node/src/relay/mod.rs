@@ -29,18 +29,19 @@ mod stream;
 mod window;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender};
 use tracing::{debug, warn};
 use zper_raft::metadata::MetadataError;
 use zper_raft::ClusterNode;
 use zper_store::{Store, StoreError};
 use zper_wire::relay::{RelayReply, RelayRequest, RESULTS_LEASE_MS};
 
+use crate::context::NodeContext;
 use crate::endpoint::POLL_MS;
+use crate::error::NodeError;
+use crate::mailbox::{Mailbox, Postbox};
 use crate::metrics::Counters;
 use window::{CommitState, Window};
 
@@ -132,16 +133,62 @@ struct Relay {
     zctx: zmq::Context,
     streams: HashMap<StreamKey, Stream>,
     commits: HashMap<CommitKey, CommitState>,
-    done_tx: Sender<CommitDone>,
-    done_rx: Receiver<CommitDone>,
+    /// Commit outcomes from the runtime, answered as soon as they arrive.
+    done_tx: Postbox<CommitDone>,
+    mailbox: Mailbox<CommitDone>,
     registrations: Vec<Registration>,
     peers: HashMap<String, zmq::Socket>,
     last_check: Instant,
 }
 
-/// Serves the relay ROUTER until `stop`.
-pub(crate) fn run(zctx: zmq::Context, router: zmq::Socket, ctx: Shared, stop: Arc<AtomicBool>) {
-    let (done_tx, done_rx) = crossbeam_channel::unbounded();
+/// Creates and binds the relay ROUTER (`relay.bind`).
+///
+/// Errors: [`NodeError::Bind`] (address in use, bad endpoint), or a zmq option refused.
+pub(crate) fn bind(
+    zmq: &zmq::Context,
+    config: &crate::config::NodeConfig,
+) -> Result<zmq::Socket, NodeError> {
+    crate::context::bind(zmq, zmq::ROUTER, &config.relay_bind, |r| {
+        r.set_router_mandatory(true)?; // a full or vanished subscriber fails the send
+        r.set_router_handover(true)?; // a reconnecting subscriber takes its identity over
+        r.set_sndhwm(RELAY_HWM)?;
+        // Requests are small; a result payload may be as large as a message. A peer sending
+        // more is disconnected by libzmq instead of being buffered.
+        r.set_maxmsgsize((config.max_message as i64).saturating_add(64 * 1024))
+    })
+}
+
+/// Starts the relay thread over the bound ROUTER; `advertised` is this node's relay endpoint
+/// as other nodes reach it. It ends at shutdown.
+///
+/// Errors: the mailbox or the thread could not be created.
+pub(crate) fn spawn(
+    router: zmq::Socket,
+    advertised: String,
+    nc: &NodeContext,
+) -> Result<std::thread::JoinHandle<()>, NodeError> {
+    let ctx = Shared {
+        cluster: nc.cluster.clone(),
+        runtime: nc.runtime.clone(),
+        store: nc.store.clone(),
+        counters: nc.counters.clone(),
+        advertised,
+    };
+    let (mailbox, done_tx) = nc.mailbox("relay")?;
+    let zctx = nc.zmq.clone();
+    crate::context::spawn("zper-relay", move || {
+        run(zctx, router, ctx, mailbox, done_tx)
+    })
+}
+
+/// Serves the relay ROUTER until shutdown; commit outcomes arrive in `mailbox`.
+fn run(
+    zctx: zmq::Context,
+    router: zmq::Socket,
+    ctx: Shared,
+    mailbox: Mailbox<CommitDone>,
+    done_tx: Postbox<CommitDone>,
+) {
     let mut relay = Relay {
         ctx,
         router,
@@ -149,13 +196,13 @@ pub(crate) fn run(zctx: zmq::Context, router: zmq::Socket, ctx: Shared, stop: Ar
         streams: HashMap::new(),
         commits: HashMap::new(),
         done_tx,
-        done_rx,
+        mailbox,
         registrations: Vec::new(),
         peers: HashMap::new(),
         last_check: Instant::now(),
     };
     let mut busy = false;
-    while !stop.load(Ordering::Relaxed) {
+    while !relay.mailbox.stopping() {
         relay.settle_commits();
         // Short waits while streams are pushing; idle streams re-read their visible ends every
         // 10 ms (new data reaches a waiting subscriber within that; flush times are kept to
@@ -167,7 +214,11 @@ pub(crate) fn run(zctx: zmq::Context, router: zmq::Socket, ctx: Shared, stop: Ar
         } else {
             10
         };
-        match relay.router.poll(zmq::POLLIN, wait) {
+        let mut items = [
+            relay.router.as_poll_item(zmq::POLLIN),
+            relay.mailbox.poll_item(),
+        ];
+        match zmq::poll(&mut items, wait) {
             Ok(_) => {}
             Err(e) => {
                 warn!(error = %e, "relay poll failed");

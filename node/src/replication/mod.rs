@@ -4,20 +4,20 @@
 //! on its leader and replicas, and acks and readers stop at the high-water mark.
 
 pub mod follower;
+pub(crate) mod high_water;
 pub(crate) mod isr;
 pub mod leader;
 pub(crate) mod repair;
 pub mod view;
 
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crossbeam_channel::Sender;
-use zper_store::{Store, StoreError, TopicLog};
+use zper_store::{StoreError, TopicLog};
 use zper_wire::topic_hash;
 
-use crate::metrics::Counters;
+use crate::context::NodeContext;
+use crate::error::NodeError;
 pub use view::{PlacementView, Role};
 
 /// The fragment a producer's messages go to, stable per producer identity (issue #4): FNV-1a of
@@ -85,79 +85,59 @@ pub fn min_insync(configured: Option<u64>, replicas: usize) -> usize {
     }
 }
 
-/// What the replication threads share with the rest of the node.
-pub(crate) struct Context {
-    pub(crate) store: Arc<Store>,
-    pub(crate) view: PlacementView,
-    pub(crate) waker: Waker,
-    pub(crate) counters: Arc<Counters>,
-    pub(crate) stop: Arc<AtomicBool>,
-    /// To propose ISR changes.
-    pub(crate) cluster: zper_raft::ClusterNode,
-    pub(crate) runtime: tokio::runtime::Handle,
-    /// `replica.lag_ms`.
-    pub(crate) lag: std::time::Duration,
-    /// `min_insync`.
-    pub(crate) min_insync: Option<u64>,
-    /// `acks = leader`.
-    pub(crate) acks_leader: bool,
-    /// The node's memory budget: replica fetch replies shrink to [`leader::LEAN_FETCH_BYTES`]
-    /// while the node is past it.
-    pub(crate) memory: std::sync::Arc<crate::memory::MemoryBudget>,
+/// Replica fetch replies libzmq queues per replica connection before dropping (and counting)
+/// further ones: a follower has one fetch in flight per topic it follows.
+pub const REPLICA_REPLY_HWM: i32 = 64;
+
+/// Creates and binds the replication ROUTER (`replication.bind`, default 5560).
+///
+/// Errors: [`NodeError::Bind`] (address in use, bad endpoint), or a zmq option refused.
+pub(crate) fn bind(
+    zmq: &zmq::Context,
+    config: &crate::config::NodeConfig,
+) -> Result<zmq::Socket, NodeError> {
+    crate::context::bind(zmq, zmq::ROUTER, &config.replica_bind, |rep| {
+        rep.set_router_mandatory(true)?;
+        // Replica fetch replies (up to 1 MiB each) queued for a peer that does not read them.
+        rep.set_sndhwm(REPLICA_REPLY_HWM)
+    })
 }
 
-/// Starts the replication endpoint and the fetcher threads.
+/// Starts the replication endpoint (the leader side, serving followers' fetches over the bound
+/// ROUTER) and the fetcher thread (the follower side); `waker` wakes a topic's writer worker
+/// when its high-water mark moves. Both end at shutdown.
 ///
 /// Errors: a thread could not be spawned.
-pub(crate) fn start(
-    ctx: &zmq::Context,
+pub(crate) fn spawn(
     router: zmq::Socket,
-    shared: Context,
-) -> Result<Vec<JoinHandle<()>>, zmq::Error> {
-    let Context {
-        store,
-        view,
-        waker,
-        counters,
-        stop,
-        cluster,
-        runtime,
-        lag,
-        min_insync,
-        acks_leader,
-        memory,
-    } = shared;
+    waker: Waker,
+    nc: &NodeContext,
+) -> Result<Vec<JoinHandle<()>>, NodeError> {
     let leader = leader::Leader {
         router,
-        store: store.clone(),
-        view: view.clone(),
+        store: nc.store.clone(),
+        view: nc.view.clone(),
         waker,
-        counters,
-        stop: stop.clone(),
+        counters: nc.counters.clone(),
+        stop: nc.stop(),
         max_bytes: FETCH_MAX_BYTES,
-        cluster,
-        runtime,
-        lag,
-        min_insync,
-        acks_leader,
-        memory,
+        cluster: nc.cluster.clone(),
+        runtime: nc.runtime.clone(),
+        lag: nc.config.replica_lag,
+        min_insync: nc.config.min_insync,
+        acks_leader: nc.config.acks_leader,
+        memory: nc.memory.clone(),
     };
     let follower = follower::Follower {
-        ctx: ctx.clone(),
-        store,
-        view,
-        stop,
+        ctx: nc.zmq.clone(),
+        store: nc.store.clone(),
+        view: nc.view.clone(),
+        stop: nc.stop(),
         max_bytes: FETCH_MAX_BYTES,
     };
     Ok(vec![
-        std::thread::Builder::new()
-            .name("zper-replica-leader".into())
-            .spawn(move || leader.run())
-            .map_err(|_| zmq::Error::EMFILE)?,
-        std::thread::Builder::new()
-            .name("zper-replica-fetch".into())
-            .spawn(move || follower.run())
-            .map_err(|_| zmq::Error::EMFILE)?,
+        crate::context::spawn("zper-replica-leader", move || leader.run())?,
+        crate::context::spawn("zper-replica-fetch", move || follower.run())?,
     ])
 }
 
