@@ -7,6 +7,7 @@ use serde_json::json;
 use zper_client::Endpoints;
 
 use crate::output::{ids, json, print, text, AdminTarget};
+use crate::table::{render, Align::Left, Align::Right};
 
 /// `zper cluster` subcommands.
 #[derive(Debug, Subcommand)]
@@ -42,23 +43,34 @@ pub fn run(cmd: ClusterCommand, target: &AdminTarget, defaults: &Endpoints) -> R
             let v = json!({ "raft": raft, "brokers": brokers });
             print(target.json, &v, |v| {
                 let r = &v["raft"];
-                let mut out = format!(
-                    "term {}  leader {}  voters {}  learners {}\n\n{:>4} {:<12} {:>5} {:>6} {:<28} {}\n",
-                    text(&r["term"]), text(&r["leader"]), ids(&r["voters"]), ids(&r["learners"]),
-                    "ID", "NAME", "LIVE", "LEADER", "WRITER", "READER"
-                );
-                for b in v["brokers"].as_array().into_iter().flatten() {
-                    out += &format!(
-                        "{:>4} {:<12} {:>5} {:>6} {:<28} {}\n",
+                let rows = v["brokers"].as_array().into_iter().flatten().map(|b| {
+                    vec![
                         text(&b["id"]),
-                        b["endpoints"]["name"].as_str().unwrap_or(""),
+                        b["endpoints"]["name"].as_str().unwrap_or("").to_owned(),
                         text(&b["live"]),
-                        if b["id"] == r["leader"] { "*" } else { "" },
-                        b["endpoints"]["writer"].as_str().unwrap_or(""),
-                        b["endpoints"]["reader"].as_str().unwrap_or("")
-                    );
-                }
-                out
+                        if b["id"] == r["leader"] { "*" } else { "" }.to_owned(),
+                        b["endpoints"]["writer"].as_str().unwrap_or("").to_owned(),
+                        b["endpoints"]["reader"].as_str().unwrap_or("").to_owned(),
+                    ]
+                });
+                format!(
+                    "term {}  leader {}  voters {}  learners {}\n\n{}",
+                    text(&r["term"]),
+                    text(&r["leader"]),
+                    ids(&r["voters"]),
+                    ids(&r["learners"]),
+                    render(
+                        &[
+                            ("ID", Right),
+                            ("NAME", Left),
+                            ("LIVE", Left),
+                            ("LEADER", Left),
+                            ("WRITER", Left),
+                            ("READER", Left),
+                        ],
+                        rows.collect(),
+                    )
+                )
             });
         }
         ClusterCommand::Ready => {

@@ -1,22 +1,21 @@
-//! Durations on the command line: `2s`, `500ms`, `1m` or a bare number of milliseconds.
+//! Durations on the command line: anything humantime reads (`2s`, `500ms`, `1m 30s`, `1h`), or
+//! a bare number of milliseconds as the first versions of the CLI took.
 
 use std::time::Duration;
 
-/// Parses `2s`, `1500ms`, `1m` or a bare number of milliseconds.
+/// Parses `2s`, `1500ms`, `1m`, `1m 30s` or a bare number of milliseconds.
 ///
-/// Errors: anything else, or zero.
+/// Errors: anything else (the message gives examples), or zero.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (n, unit) = s.split_at(split);
-    let n: u64 = n
-        .parse()
-        .map_err(|_| format!("invalid duration {s:?}: expected e.g. 2s or 500ms"))?;
-    let d = match unit {
-        "" | "ms" => Duration::from_millis(n),
-        "s" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n * 60),
-        _ => return Err(format!("invalid duration {s:?}: units are ms, s, m")),
+    let d = if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+        let ms: u64 = s
+            .parse()
+            .map_err(|_| format!("invalid duration {s:?}: too large"))?;
+        Duration::from_millis(ms)
+    } else {
+        humantime::parse_duration(s)
+            .map_err(|e| format!("invalid duration {s:?} ({e}): write e.g. 500ms, 2s or 1m"))?
     };
     if d.is_zero() {
         return Err("the duration must be more than 0".into());
@@ -29,13 +28,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn durations_parse_as_dolly_writes_them() {
+    fn durations_parse_with_units_or_as_bare_milliseconds() {
         assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_duration("750"), Ok(Duration::from_millis(750)));
         assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
-        for bad in ["", "xyz", "2h", "0s", "-1s"] {
-            assert!(parse_duration(bad).is_err(), "{bad}");
+        assert_eq!(parse_duration("1m 30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        for bad in ["", "xyz", "0s", "0", "-1s", "2 parsecs"] {
+            let e = parse_duration(bad).expect_err(bad);
+            assert!(e.contains("duration"), "{bad}: {e}");
         }
     }
 }

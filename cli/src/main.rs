@@ -13,6 +13,7 @@ mod perf;
 mod produce;
 mod run;
 mod subscribe;
+mod table;
 mod targets;
 mod topics;
 

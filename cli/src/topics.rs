@@ -7,6 +7,7 @@ use zper_client::admin::{CreateTopicRequest, FragmentPolicy};
 use zper_client::Endpoints;
 
 use crate::output::{ids, json, print, text, AdminTarget};
+use crate::table::{render, Align::Left, Align::Right};
 
 /// `zper topics` subcommands.
 #[derive(Debug, Subcommand)]
@@ -50,21 +51,25 @@ pub fn run(cmd: TopicsCommand, target: &AdminTarget, defaults: &Endpoints) -> Re
         TopicsCommand::List => {
             let v = json(&api.topics()?);
             print(target.json, &v, |v| {
-                let mut out = format!(
-                    "{:<24} {:>9} {:>3} {:>6} {}\n",
-                    "TOPIC", "FRAGMENTS", "RF", "RETAIN", "POLICY"
-                );
-                for t in v.as_array().into_iter().flatten() {
-                    out += &format!(
-                        "{:<24} {:>9} {:>3} {:>5}h {}\n",
-                        t["name"].as_str().unwrap_or(""),
-                        t["fragments"].as_array().map_or(0, Vec::len),
+                let rows = v.as_array().into_iter().flatten().map(|t| {
+                    vec![
+                        t["name"].as_str().unwrap_or("").to_owned(),
+                        t["fragments"].as_array().map_or(0, Vec::len).to_string(),
                         text(&t["replication_factor"]),
-                        text(&t["retain_hours"]),
-                        t["policy"].as_str().unwrap_or("")
-                    );
-                }
-                out
+                        format!("{}h", text(&t["retain_hours"])),
+                        t["policy"].as_str().unwrap_or("").to_owned(),
+                    ]
+                });
+                render(
+                    &[
+                        ("TOPIC", Left),
+                        ("FRAGMENTS", Right),
+                        ("RF", Right),
+                        ("RETAIN", Right),
+                        ("POLICY", Left),
+                    ],
+                    rows.collect(),
+                )
             });
         }
         TopicsCommand::Create {
@@ -91,24 +96,30 @@ pub fn run(cmd: TopicsCommand, target: &AdminTarget, defaults: &Endpoints) -> Re
         TopicsCommand::Describe { name } => {
             let v = json(&api.topic(&name)?);
             print(target.json, &v, |v| {
-                let mut out = format!(
-                    "{:>8} {:>6} {:>6} {:<12} {:<12} {:>12} {:>12}\n",
-                    "FRAGMENT", "LEADER", "EPOCH", "REPLICAS", "ISR", "START", "END"
-                );
                 let offset = |o: &Value| o.as_u64().map_or("-".to_owned(), |n| n.to_string());
-                for f in v["fragments"].as_array().into_iter().flatten() {
-                    out += &format!(
-                        "{:>8} {:>6} {:>6} {:<12} {:<12} {:>12} {:>12}\n",
+                let rows = v["fragments"].as_array().into_iter().flatten().map(|f| {
+                    vec![
                         text(&f["id"]),
                         text(&f["leader"]),
                         text(&f["leader_epoch"]),
                         ids(&f["replicas"]),
                         ids(&f["isr"]),
                         offset(&f["start_offset"]),
-                        offset(&f["end_offset"])
-                    );
-                }
-                out
+                        offset(&f["end_offset"]),
+                    ]
+                });
+                render(
+                    &[
+                        ("FRAGMENT", Right),
+                        ("LEADER", Right),
+                        ("EPOCH", Right),
+                        ("REPLICAS", Left),
+                        ("ISR", Left),
+                        ("START", Right),
+                        ("END", Right),
+                    ],
+                    rows.collect(),
+                )
             });
         }
         TopicsCommand::Delete { name } => {
