@@ -19,19 +19,19 @@ const NAMES: [&str; 3] = ["alpha", "bravo", "charlie"];
 /// A Dolly map as read back: key -> (sequence, value).
 type State = BTreeMap<Vec<u8>, (u64, Vec<u8>)>;
 
+/// Three nodes from the test kit's [`TestCluster`], each also a Dolly peer (`dolly.peers`).
 struct Cluster {
     _dir: tempfile::TempDir,
     peers: PathBuf,
     /// Per node (index = id - 1): HTTP address and Dolly requests endpoint.
     http: Vec<String>,
     requests: Vec<String>,
-    nodes: Vec<ChildNode>,
+    cluster: TestCluster,
 }
 
 impl Cluster {
     fn start() -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
-        let http: Vec<u16> = (0..3).map(|_| free_port()).collect();
         let ports: Vec<[u16; 3]> = (0..3)
             .map(|_| [free_port(), free_port(), free_port()])
             .collect();
@@ -50,39 +50,33 @@ impl Cluster {
             })
             .collect();
         std::fs::write(&peers, format!("[{}]", entries.join(",\n"))).expect("peers.json");
-        let quorum: String = (0..3)
-            .map(|i| format!("controller.quorum.{} = 127.0.0.1:{}\n", i + 1, http[i]))
-            .collect();
-        let nodes = (0..3)
-            .map(|i| {
-                ChildNode::start_on(
-                    &dir.path().join(format!("n{}", i + 1)),
-                    http[i],
-                    &format!(
-                        "node.id = {}\n{quorum}node.lease_ms = 1500\ndolly.peers = {}\n\
-                         dolly.name = {}\n",
-                        i + 1,
-                        peers.display(),
-                        NAMES[i]
-                    ),
-                )
-            })
-            .collect();
+        let cluster = TestCluster::start_each(|i| {
+            format!(
+                "dolly.peers = {}\ndolly.name = {}\n",
+                peers.display(),
+                NAMES[i]
+            )
+        });
         let c = Cluster {
             _dir: dir,
             peers,
-            http: http.iter().map(|p| format!("127.0.0.1:{p}")).collect(),
+            http: (1..=3).map(|n| cluster.http(n)).collect(),
             requests: ports
                 .iter()
                 .map(|p| format!("tcp://127.0.0.1:{}", p[2]))
                 .collect(),
-            nodes,
+            cluster,
         };
         assert!(
             eventually(|| (0..3).all(|i| c.raft(i)["leader"].is_u64())),
             "a Raft leader"
         );
         c
+    }
+
+    /// Node index `i` (id - 1), to kill, pause or restart it.
+    fn node(&mut self, i: usize) -> &mut ChildNode {
+        self.cluster.node(i as u64 + 1)
     }
 
     fn raft(&self, i: usize) -> Value {
@@ -284,9 +278,9 @@ fn ten_thousand_puts_through_random_nodes_survive_two_leader_kills() {
         );
         let leader = c.leader();
         killed.push(leader + 1);
-        c.nodes[leader].kill9();
+        c.node(leader).kill9();
         std::thread::sleep(Duration::from_millis(800));
-        c.nodes[leader].restart();
+        c.node(leader).restart();
     }
     let finished = wait_for(TARGET);
     stop.store(true, Ordering::Relaxed);
@@ -475,7 +469,7 @@ fn an_observer_following_dollys_snapshot_and_updates_gets_the_leaders_state() {
 
     // Leadership moves: the new leader binds its own endpoints (found through /v1/brokers)
     // and a new observer there gets the same state.
-    c.nodes[leader].kill9();
+    c.node(leader).kill9();
     let (new_leader, updates, snapshots) = c.dolly_leader(Some(leader));
     assert_ne!(new_leader, leader);
     let survivor = (new_leader + 1..new_leader + 3)
@@ -501,14 +495,14 @@ fn an_observer_following_dollys_snapshot_and_updates_gets_the_leaders_state() {
 /// appears anywhere.
 #[test]
 fn a_put_answered_error_after_its_timeout_is_never_applied_later() {
-    let c = Cluster::start();
+    let mut c = Cluster::start();
     let ctx = zmq::Context::new();
     let leader = c.leader();
     let (a, b) = ((leader + 1) % 3, (leader + 2) % 3);
     // Everything works before.
     put_many(&ctx, &c.requests[a], "ready", 5);
-    c.nodes[leader].pause();
-    c.nodes[b].pause();
+    c.node(leader).pause();
+    c.node(b).pause();
     let s = dealer(&ctx, &c.requests[a], 30_000);
     s.send_multipart(frames(b"Put", 0, b"lost", b"never"), 0)
         .expect("send");
@@ -519,7 +513,7 @@ fn a_put_answered_error_after_its_timeout_is_never_applied_later() {
         0,
         "no answer while neither the Put nor its cancel can commit"
     );
-    c.nodes[b].resume();
+    c.node(b).resume();
     let reply = s
         .recv_multipart(0)
         .expect("an answer once a quorum is back");
@@ -528,7 +522,7 @@ fn a_put_answered_error_after_its_timeout_is_never_applied_later() {
         (&reply[2][..], &reply[3][..9]),
         (&b"lost"[..], &b"put not a"[..])
     );
-    c.nodes[leader].resume();
+    c.node(leader).resume();
     assert!(c.converged(), "the thawed leader catches up");
     // Later Puts work, and the cancelled one is on no node.
     put_many(&ctx, &c.requests[leader], "after", 5);
