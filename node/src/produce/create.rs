@@ -59,7 +59,7 @@ pub struct TopicCreator {
 
 impl CreateTopics for TopicCreator {
     fn known(&self, topic: &str) -> bool {
-        self.view.fragment(topic).is_some()
+        self.view.knows(topic)
     }
 
     fn start(&self, topic: Arc<str>, done: Sender<Created>) {
@@ -199,12 +199,19 @@ pub(crate) fn park_unknown(
     mut refuse: impl FnMut(Append, Full),
 ) -> WriteBatch {
     let must_wait = |lot: &ParkingLot, topic: &str| lot.waiting(topic) || !known(topic);
-    if !batch
-        .appends
-        .iter()
-        .any(|a| must_wait(lot, &a.producer.topic))
-    {
-        return batch; // the hot path: every topic known, nothing parked
+    // The hot path: every topic known, nothing parked. A batch is mostly runs of one
+    // producer, so each run's topic is looked up once.
+    let mut previous: Option<&Arc<str>> = None;
+    let any_waits = batch.appends.iter().any(|a| {
+        let t = &a.producer.topic;
+        if previous.is_some_and(|p| Arc::ptr_eq(p, t)) {
+            return false;
+        }
+        previous = Some(t);
+        must_wait(lot, t)
+    });
+    if !any_waits {
+        return batch;
     }
     let mut now = WriteBatch::default();
     let mut start_at = 0;

@@ -193,6 +193,14 @@ impl PlacementView {
         self.inner.read().ok()?.fragments.get(topic).cloned()
     }
 
+    /// True when the applied metadata has the fragment stored under `key` (one read lock, no
+    /// copy: the writer asks for every batch).
+    pub fn knows(&self, key: &str) -> bool {
+        self.inner
+            .read()
+            .is_ok_and(|s| s.fragments.contains_key(key))
+    }
+
     /// True while this node's lease, as applied here, is current and was granted to this run
     /// of the node. A node acts as a fragment leader only then: a node cut off from the Raft
     /// group cannot renew it, so it never acknowledges writes that a newer leader's history
