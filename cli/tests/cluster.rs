@@ -30,6 +30,66 @@ fn a_single_node_is_a_ready_one_voter_cluster_and_registers_itself() {
     assert_eq!(writer, n.writer, "advertised writer endpoint");
 }
 
+#[test]
+fn ready_means_a_topic_can_be_created_at_once() {
+    // The real binary, polled as a start-up script would: the first 200 from ready must mean
+    // `topics create` works (before issue #15 it answered 409 not_enough_nodes: 0 live).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let h = free_port();
+    let _n = ChildNode::start_on(&dir.path().join("n"), h, "");
+    let http_addr = format!("127.0.0.1:{h}");
+    let mut first = None;
+    assert!(eventually_every(
+        std::time::Duration::from_secs(30),
+        std::time::Duration::from_millis(1),
+        || {
+            first = http("GET", &http_addr, "/v1/status/ready", None).filter(|(s, _)| *s == 200);
+            first.is_some()
+        }
+    ));
+    let (s, body) = http("POST", &http_addr, "/v1/topics/atonce", None).expect("answer");
+    assert_eq!(s, 201, "created right after ready: {body}");
+    let ready: Value = serde_json::from_str(&first.expect("ready").1).expect("json");
+    assert_eq!(ready["registered"], json!(true), "{ready}");
+}
+
+#[test]
+fn the_start_up_log_names_every_bound_endpoint() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let n = ChildNode::start_on(&dir.path().join("n"), free_port(), "");
+    let config = std::fs::read_to_string(&n.config).expect("config");
+    let log = n.config.with_extension("log");
+    let mut line = String::new();
+    assert!(eventually(|| {
+        line = std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .find(|l| l.contains("zper node started"))
+            .unwrap_or_default()
+            .to_owned();
+        !line.is_empty()
+    }));
+    for key in [
+        "writer.bind",
+        "reader.bind",
+        "ack.bind",
+        "controller.bind",
+        "relay.bind",
+        "replica.bind",
+        "dolly.requests.bind",
+        "dolly.updates.bind",
+        "dolly.snapshots.bind",
+        "http.bind",
+    ] {
+        let bound = config
+            .lines()
+            .find_map(|l| l.strip_prefix(key)?.trim().strip_prefix('='))
+            .map(str::trim)
+            .expect("in the config");
+        assert!(line.contains(bound), "{key} = {bound} is logged: {line}");
+    }
+}
+
 fn http_status(addr: &str, path: &str) -> Option<u16> {
     http("GET", addr, path, None).map(|(s, _)| s)
 }

@@ -83,13 +83,21 @@ pub(crate) async fn read_check(node: &ClusterNode, mode: &ReadMode) -> Result<()
     Ok(())
 }
 
-/// 200 when this node is a member (voter or learner), a leader is known and everything in
-/// this node's log is applied; else 503.
+/// 200 when this node is a member (voter or learner), a leader is known, everything in this
+/// node's log is applied and the metadata holds this node as a live broker; else 503. Before
+/// issue #15 it said ready before the node had registered, and `topics create` right after
+/// got `409 not_enough_nodes: 0 live`.
 async fn ready(State(node): State<ClusterNode>) -> (StatusCode, Json<ReadyView>) {
     let m = node.raft.metrics().borrow().clone();
     let applied = m.last_applied.map(|l| l.index);
     let member = m.membership_config.membership().get_node(&m.id).is_some();
-    let ok = member && m.current_leader.is_some() && applied == m.last_log_index;
+    let registered = node
+        .state
+        .cluster_metadata()
+        .nodes
+        .get(&m.id)
+        .is_some_and(|n| n.lease_until_ms > now_ms());
+    let ok = member && m.current_leader.is_some() && applied == m.last_log_index && registered;
     let status = if ok {
         StatusCode::OK
     } else {
@@ -103,6 +111,7 @@ async fn ready(State(node): State<ClusterNode>) -> (StatusCode, Json<ReadyView>)
             leader: m.current_leader,
             last_log_index: m.last_log_index,
             last_applied: applied,
+            registered,
         }),
     )
 }

@@ -6,8 +6,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::{FragmentPolicy, NodeEndpoints, NodeId, PlacementReason};
 
-/// `GET /v1/status/ready`: 200 when this node is a member, a leader is known and its log is
-/// applied; 503 otherwise (same body).
+/// `GET /v1/status/ready`: 200 when this node is a member, a leader is known, its log is
+/// applied and the metadata holds this node's registration with a current lease (so topics can
+/// be created and placed on it: issue #15); 503 otherwise (same body).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReadyView {
     /// The three conditions hold.
@@ -20,6 +21,9 @@ pub struct ReadyView {
     pub last_log_index: Option<u64>,
     /// Last index applied to the metadata.
     pub last_applied: Option<u64>,
+    /// The applied metadata lists this node as a live broker (its lease is current).
+    #[serde(default)]
+    pub registered: bool,
 }
 
 /// `GET /v1/status/live`: 200 while the Raft core runs, 503 once it stopped.

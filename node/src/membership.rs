@@ -22,6 +22,8 @@ pub(crate) struct Member {
     tasks: Vec<tokio::task::JoinHandle<()>>,
     /// Advertised HTTP address.
     pub(crate) http: String,
+    /// The address the HTTP listener is bound to (`http.bind` with port 0 resolved).
+    pub(crate) http_bound: String,
     /// Advertised relay endpoint.
     pub(crate) relay: String,
 }
@@ -192,6 +194,7 @@ impl Member {
             node,
             tasks: vec![server, registrar, supervisor, watchdog],
             http,
+            http_bound: bound.to_string(),
             relay,
         })
     }

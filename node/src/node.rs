@@ -87,6 +87,9 @@ impl Node {
         for key in &config.unknown_keys {
             warn!(key = %key, "unknown config key ignored");
         }
+        for (key, why) in &config.no_effect_keys {
+            warn!(key = %key, "config key has no effect in zper: {why}");
+        }
         let store = Arc::new(Store::open(config.store.clone())?);
         let zmq = zmq::Context::new();
         zmq.set_io_threads(config.io_threads)?;
@@ -143,12 +146,21 @@ impl Node {
         threads.push(crate::context::spawn("zper-retention", move || {
             retention(rstore, rstop, every, view)
         })?);
+        // Every endpoint as bound (`*` and port 0 resolved; issue #15), and the advertised
+        // HTTP address other nodes and clients use.
         info!(
             base_dir = %config.store.base_dir.display(),
             writer = %endpoints.writer,
             reader = %endpoints.reader,
             ack = %endpoints.ack,
-            http = %endpoints.http,
+            controller = %endpoints.controller,
+            relay = %endpoints.relay,
+            replication = %endpoints.replica,
+            dolly_requests = %endpoints.dolly_requests,
+            dolly_updates = %endpoints.dolly_updates,
+            dolly_snapshots = %endpoints.dolly_snapshots,
+            http = %member.http_bound,
+            http_advertised = %endpoints.http,
             "zper node started"
         );
         Ok(Node {

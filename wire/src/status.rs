@@ -70,8 +70,9 @@ impl Status {
                  (write to the leader: zper topics describe)"
             }
             Status::Unavailable => {
-                "the topic could not be created (no metadata quorum or no live node); the \
-                 message was not stored, retry later"
+                "the topic does not exist and could not be created (no metadata quorum, no \
+                 live node, or auto_create_topics = false); the message was not stored, retry \
+                 later"
             }
             Status::InternalError => "the node's store failed; nothing was stored or served",
         }

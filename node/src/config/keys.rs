@@ -58,11 +58,12 @@ pub const KEYS: &[ConfigKey] = &[
     key("relay.bind", "tcp://*:5559", "ZeroMQ endpoint", "relay endpoint: push delivery to subscribers (advertised like the others)"),
     key("subscription.lease_ms", "10000", "ms, >= 100", "a subscriber that sends no `KEEPALIVE` for this long leaves its group"),
     key("min_insync", "", ">= 1", "fewest in-sync replicas (leader included) for a write that waits for an ack; below it such writes get status 103 (docs/protocol.md) and are not stored; default 2 with 3+ replicas, else 1"),
+    key("auto_create_topics", "true", "true or false", "whether a write to a topic that does not exist creates it with the defaults; `false`: such writes are refused with status 105 (mode 1 and 2 get it) until `zper topics create` made the topic"),
     key("acks", "all", "all or leader", "`all`: an ack means durable on every in-sync replica; `leader`: durable on the leader (the single-node behaviour; readers still stop at the high-water mark)"),
     key("node.id", "1", ">= 1", "this node's id in the Raft group"),
     key("node.name", "", "text", "human name; default `node<id>`"),
     key("node.lease_ms", "1500", "ms, >= 100", "liveness lease, renewed every third of it; a node silent this long loses its fragment leaderships (a new Raft leader first waits half a lease)"),
-    key("controller.quorum.N", "", "host:port", "voter N's HTTP address; the initial voters (default: this node alone). Every node of a cluster lists all of them; each fresh voter proposes the same initial membership and Raft keeps exactly one. A node whose `node.id` is not among them waits for `zper cluster add-node`"),
+    key("controller.quorum.N", "", "host:port or tcp://host:port", "voter N's HTTP (Raft) address, not its ZeroMQ controller port; the initial voters (default: this node alone). Every node of a cluster lists all of them; each fresh voter proposes the same initial membership and Raft keeps exactly one. A node whose `node.id` is not among them waits for `zper cluster add-node`"),
     key("http.bind", "0.0.0.0:9644", "host:port", "HTTP admin and Raft address"),
     key("http.advertise", "", "host:port", "the address other nodes and clients use (default: `http.bind` with 127.0.0.1 for an unspecified host); must equal the node's `controller.quorum.N` entry"),
     key("http.admin_token", "", "printable ASCII", "when set, every mutating HTTP request (admin writes, and the Raft RPCs between nodes) needs `Authorization: Bearer <token>`; give every node the same token. The CLI sends it from `--token`, `$ZPER_ADMIN_TOKEN` or `--config`"),
@@ -77,17 +78,41 @@ pub const KEYS: &[ConfigKey] = &[
     key("dolly.put_timeout_ms", "2000", "ms, >= 10", "a Dolly Put not committed by then is cancelled through the log; the `Error` reply comes once the cancel committed, so it never applies later"),
 ];
 
-/// Keys of the seed or the original that are accepted without effect (no warning).
-pub const RESERVED: &[&str] = &["writer.io_threads", "retention_hours", "relay.poll"];
-/// Key prefixes accepted without effect (ZPER's `writer.replica.N`).
-pub const RESERVED_PREFIXES: &[&str] = &["writer.replica."];
+/// Keys of ZPER's README or shipped file that zper accepts without effect (spec `zper.md` §7:
+/// "present in the shipped file but read by nothing"), each with why, for the start-up warning
+/// (issue #15). A key ending in `.` is a prefix (`writer.replica.N`).
+pub const NO_EFFECT: &[(&str, &str)] = &[
+    ("writer.io_threads", "ZeroMQ I/O threads are `io_threads`"),
+    ("retention_hours", "retention is `retain_hours`"),
+    (
+        "relay.poll",
+        "the relay pushes messages as they are appended; it does not poll",
+    ),
+    (
+        "writer.replica.",
+        "zper places replicas itself: give a topic its copies with `zper topics create --replication-factor N` and list the nodes with `controller.quorum.N`",
+    ),
+];
+
+/// Why `name` has no effect, for a key of [`NO_EFFECT`].
+pub fn no_effect(name: &str) -> Option<&'static str> {
+    NO_EFFECT
+        .iter()
+        .find(|(k, _)| {
+            if k.ends_with('.') {
+                name.starts_with(k)
+            } else {
+                name == *k
+            }
+        })
+        .map(|(_, why)| *why)
+}
 
 /// True for a key zper reads or accepts (anything else gets the unknown-key warning).
 pub fn is_known(name: &str) -> bool {
     name.starts_with("controller.quorum.")
         || KEYS.iter().any(|k| k.name == name)
-        || RESERVED.contains(&name)
-        || RESERVED_PREFIXES.iter().any(|p| name.starts_with(p))
+        || no_effect(name).is_some()
 }
 
 /// The key table as Markdown (README.md "Configuration" between the `config-keys` markers).

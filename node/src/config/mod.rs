@@ -17,6 +17,46 @@ use zper_wire::endpoint;
 /// The embedded default configuration (`zper` with no arguments).
 pub const DEFAULT_PROPERTIES: &str = include_str!("../../config/default.properties");
 
+/// Reads properties text as ZPER's README writes it (issue #15): Java properties syntax, then
+/// each value cleaned by [`clean_value`] (`base_dir = "/data/zper"   # data store base
+/// directory` is `/data/zper`).
+///
+/// Errors: [`ConfigError::File`] naming `path` when the text is not a properties file.
+pub fn read_properties(text: &str, path: &Path) -> Result<HashMap<String, String>, ConfigError> {
+    let map = java_properties::read(text.as_bytes()).map_err(|e| ConfigError::File {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })?;
+    Ok(map
+        .into_iter()
+        .map(|(k, v)| {
+            let v = clean_value(&v).to_owned();
+            (k, v)
+        })
+        .collect())
+}
+
+/// A value without a trailing comment (`#` after a blank, as in ZPER's README sample
+/// `segment_size = 536870912        # segment file size 512M`), surrounding blanks, or one pair
+/// of surrounding double or single quotes. A `#` not after a blank stays (`tcp://h:1#x`).
+pub fn clean_value(raw: &str) -> &str {
+    let mut v = raw;
+    if let Some(i) = v
+        .char_indices()
+        .find(|&(i, c)| c == '#' && v[..i].ends_with([' ', '\t']))
+        .map(|(i, _)| i)
+    {
+        v = &v[..i];
+    }
+    let v = v.trim();
+    for q in ['"', '\''] {
+        if v.len() >= 2 && v.starts_with(q) && v.ends_with(q) {
+            return &v[1..v.len() - 1];
+        }
+    }
+    v
+}
+
 /// Configuration errors; each names the key or file.
 #[derive(Debug, Error)]
 pub enum ConfigError {
@@ -97,6 +137,9 @@ pub struct NodeConfig {
     /// (readers still stop at the high-water mark); `acks = all` (default): once every in-sync
     /// replica has it.
     pub acks_leader: bool,
+    /// Whether a write to an unknown topic creates it (`auto_create_topics`, default true,
+    /// as ZPER does); when false such writes get status 105 until the topic is created.
+    pub auto_create_topics: bool,
     /// Largest frame accepted from a producer, bytes (`max_message`); also bounds FETCH replies.
     pub max_message: usize,
     /// Heap bytes past which the node refuses to build more large replies (`memory_budget`,
@@ -115,6 +158,9 @@ pub struct NodeConfig {
     pub cluster: ClusterSettings,
     /// Keys that were present but are unknown (reported as warnings).
     pub unknown_keys: Vec<String>,
+    /// ZPER keys that were present and have no effect in zper, each with why (reported as
+    /// warnings; [`keys::NO_EFFECT`]).
+    pub no_effect_keys: Vec<(String, &'static str)>,
 }
 
 /// The node's place in the Raft metadata group (issue #3).
@@ -187,6 +233,7 @@ impl Default for NodeConfig {
             replica_lag: Duration::from_millis(5000),
             min_insync: None,
             acks_leader: false,
+            auto_create_topics: true,
             max_message: 8_388_608,
             memory_budget: 1 << 30,
             receive_hwm: 1024,
@@ -195,6 +242,7 @@ impl Default for NodeConfig {
             retention_check: Duration::from_secs(60),
             cluster: ClusterSettings::default(),
             unknown_keys: Vec::new(),
+            no_effect_keys: Vec::new(),
         }
     }
 }
@@ -233,10 +281,7 @@ impl NodeConfig {
                 PathBuf::from("<embedded default>"),
             ),
         };
-        let mut map = java_properties::read(text.as_bytes()).map_err(|e| ConfigError::File {
-            path: name,
-            message: e.to_string(),
-        })?;
+        let mut map = read_properties(&text, &name)?;
         if overrides
             .iter()
             .any(|(k, _)| k.starts_with("controller.quorum."))
@@ -251,11 +296,7 @@ impl NodeConfig {
 
     /// Parses properties text (`path` only names it in errors).
     pub fn from_properties_str(text: &str, path: &Path) -> Result<Self, ConfigError> {
-        let map = java_properties::read(text.as_bytes()).map_err(|e| ConfigError::File {
-            path: path.to_owned(),
-            message: e.to_string(),
-        })?;
-        Self::from_map(&map)
+        Self::from_map(&read_properties(text, path)?)
     }
 
     /// Builds a config from key/value pairs over the code defaults.
@@ -356,6 +397,7 @@ impl NodeConfig {
             Some("leader") => true,
             Some(v) => return Err(bad("acks", v, "all or leader")),
         };
+        c.auto_create_topics = boolean(map, "auto_create_topics", true)?;
         if map.contains_key("min_insync") {
             c.min_insync = Some(num(map, "min_insync", 1, 1)?);
         }
@@ -365,6 +407,12 @@ impl NodeConfig {
         let mut unknown: Vec<String> = map.keys().filter(|k| !keys::is_known(k)).cloned().collect();
         unknown.sort();
         c.unknown_keys = unknown;
+        let mut no_effect: Vec<(String, &'static str)> = map
+            .keys()
+            .filter_map(|k| keys::no_effect(k).map(|why| (k.clone(), why)))
+            .collect();
+        no_effect.sort();
+        c.no_effect_keys = no_effect;
         Ok(c)
     }
 }
@@ -397,7 +445,11 @@ fn cluster_settings(map: &HashMap<String, String>) -> Result<ClusterSettings, Co
                 Ok(n) if n >= 1 => n,
                 _ => return Err(bad(k, id, "controller.quorum.<node id >= 1> = host:port")),
             };
-            c.voters.insert(id, host_port(k, v.trim())?);
+            // ZPER's README writes `controller.quorum.1 = tcp://addr1:port`; in zper the
+            // entry names the voter's HTTP (Raft) address, so the scheme is dropped.
+            let v = v.trim();
+            c.voters
+                .insert(id, host_port(k, v.strip_prefix("tcp://").unwrap_or(v))?);
         }
     }
     c.raft_dir = get("raft.dir").map(std::path::PathBuf::from);

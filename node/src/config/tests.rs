@@ -124,6 +124,53 @@ fn unknown_keys_are_listed_and_seed_keys_are_not() {
     )
     .expect("parses");
     assert_eq!(c.unknown_keys, vec!["flush_mesages".to_owned()]);
+    let warned: Vec<&str> = c.no_effect_keys.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(warned, ["retention_hours", "writer.replica.1"]);
+    assert!(
+        c.no_effect_keys[1].1.contains("--replication-factor"),
+        "says what to use"
+    );
+}
+
+#[test]
+fn values_are_read_as_zpers_readme_writes_them() {
+    // Lines of ZPER's README configuration sample (issue #15), comments and quotes included.
+    let c = parse(
+        "io_threads = 2                  # number of io threads\n\
+         base_dir = \"/data/zper\"         # data store base directory \n\
+         segment_size = 536870912        # segment file size 512M\n\
+         flush_messages = 10000          # flush every N messages\n\
+         writer.bind = tcp://*:5555       # writer bind address\n\
+         controller.quorum.1 = tcp://10.0.0.1:9644   # target quorum 1's address\n\
+         controller.quorum.2 = '10.0.0.2:9644'\n",
+    )
+    .expect("ZPER's sample parses");
+    assert_eq!(c.io_threads, 2);
+    assert_eq!(c.store.base_dir, std::path::PathBuf::from("/data/zper"));
+    assert_eq!(c.store.segment_size, 536_870_912);
+    assert_eq!(c.store.flush.flush_messages, 10_000);
+    assert_eq!(c.writer_bind, "tcp://*:5555");
+    assert_eq!(
+        c.cluster.voters[&1], "10.0.0.1:9644",
+        "tcp:// names the HTTP address"
+    );
+    assert_eq!(c.cluster.voters[&2], "10.0.0.2:9644");
+    assert!(c.unknown_keys.is_empty() && c.no_effect_keys.is_empty());
+}
+
+#[test]
+fn only_a_hash_after_a_blank_starts_a_comment() {
+    use super::clean_value;
+    assert_eq!(clean_value("  5000 # ms"), "5000");
+    assert_eq!(clean_value("5000\t# ms"), "5000");
+    assert_eq!(clean_value("ipc:///tmp/a#b"), "ipc:///tmp/a#b");
+    assert_eq!(clean_value("\"a b\""), "a b");
+    assert_eq!(clean_value("'x'  # quoted"), "x");
+    assert_eq!(clean_value("\""), "\"", "a lone quote stays");
+    assert_eq!(clean_value(""), "");
+    // A quoted value is still checked: an empty base_dir is refused.
+    let e = parse("base_dir = \"\"  # nothing\n").expect_err("empty");
+    assert!(e.to_string().contains("`base_dir`"), "{e}");
 }
 
 #[test]

@@ -55,6 +55,8 @@ pub struct TopicCreator {
     pub view: PlacementView,
     /// `retain_hours` of the topics it creates: this node's (`None`: the metadata default).
     pub retain_hours: Option<u32>,
+    /// `auto_create_topics`: false refuses writes to topics not in the metadata.
+    pub auto_create: bool,
 }
 
 impl CreateTopics for TopicCreator {
@@ -82,6 +84,9 @@ impl TopicCreator {
         self.view.refresh(&self.cluster);
         if self.view.fragment(topic).is_some() {
             return Ok(());
+        }
+        if !self.auto_create {
+            return Err("the topic does not exist and auto_create_topics = false".into());
         }
         use zper_raft::metadata::MetadataError;
         let deadline = Instant::now() + CREATE_TIMEOUT;

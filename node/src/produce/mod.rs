@@ -124,6 +124,7 @@ pub(crate) fn spawn(
                 .div_ceil(3600)
                 .clamp(1, u64::from(u32::MAX)) as u32,
         ),
+        auto_create: config.auto_create_topics,
     });
     let workers = config.writer_workers;
     // One ack push per worker, plus one for the forwarder (issue #4).
