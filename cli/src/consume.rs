@@ -1,11 +1,17 @@
-//! `zper consume`: print a topic's messages from an offset, following the log if asked.
+//! `zper consume`: print a topic's messages from an offset, every fragment by default,
+//! following the log if asked (issue #15).
+//!
+//! How many fragments a topic has comes from the admin API (`GET /v1/topics/{name}`); the same
+//! answer tells a topic that does not exist, which is an error (exit 1) unless `--wait`. Each
+//! fragment is read through the reader endpoint with the fragment in the identity's mode byte
+//! (docs/protocol.md), which any node forwards to the fragment's leader.
 
 use std::io::Write;
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
-use zper_client::{endpoint, Endpoints, ReaderClient, Timestamp};
+use zper_client::{endpoint, AdminClient, Endpoints, ReaderClient, Timestamp};
 use zper_wire::Records;
 
 /// Options of `zper consume`.
@@ -17,19 +23,30 @@ pub struct ConsumeArgs {
     /// Reader endpoint (default: from --config, else tcp://127.0.0.1:5556).
     #[arg(long, short = 'r')]
     pub reader: Option<String>,
-    /// Where to start: earliest, latest, or a byte offset.
+    /// HTTP admin address `host:port`, asked how many fragments the topic has (default: from
+    /// --config, else 127.0.0.1:9644).
+    #[arg(long)]
+    pub admin: Option<String>,
+    /// Read only this fragment (default: every fragment of the topic).
+    #[arg(long)]
+    pub fragment: Option<u8>,
+    /// Where to start in each fragment: earliest, latest, or a byte offset (with one fragment).
     #[arg(long, default_value = "earliest")]
     pub from: String,
-    /// Keep polling for new messages at the end of the log.
+    /// Keep polling for new messages at the end of every fragment.
     #[arg(long, short = 'f')]
     pub follow: bool,
+    /// Wait for a topic that does not exist yet instead of failing.
+    #[arg(long)]
+    pub wait: bool,
     /// Stop after this many messages (0: no limit).
     #[arg(long, short = 'n', default_value_t = 0)]
     pub max_messages: u64,
     /// FETCH size, bytes.
     #[arg(long, default_value_t = 1 << 20)]
     pub fetch_size: u64,
-    /// Print each message's offset before it.
+    /// Print each message's offset before it (`fragment:offset` for a topic of several
+    /// fragments).
     #[arg(long)]
     pub offsets: bool,
     /// Reply timeout, ms.
@@ -37,71 +54,197 @@ pub struct ConsumeArgs {
     pub timeout: i32,
 }
 
+/// The fragments to read, from `--fragment` or the admin API.
+///
+/// Errors: the topic does not exist (and `--wait` was not given); the admin API refused.
+fn fragments(args: &ConsumeArgs, targets: &Endpoints) -> Result<Vec<u8>> {
+    if let Some(f) = args.fragment {
+        return Ok(vec![f]);
+    }
+    let admin_addr = args.admin.as_deref().unwrap_or(&targets.admin);
+    let admin = AdminClient::new(admin_addr, None, Duration::from_secs(5))?;
+    let mut waited = false;
+    loop {
+        match admin.topic(&args.topic) {
+            Ok(view) => {
+                let n = view.fragments.len().clamp(1, 256);
+                return Ok((0..n).map(|f| f as u8).collect());
+            }
+            Err(e) if e.status() == Some(404) => {
+                if !args.wait {
+                    bail!(
+                        "topic {:?} does not exist (admin API at {admin_addr}); produce to it or \
+                         `zper topics create {}` first, or pass --wait to wait for it",
+                        args.topic,
+                        args.topic
+                    );
+                }
+                if !waited {
+                    eprintln!("zper: waiting for topic {:?} to exist...", args.topic);
+                    waited = true;
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            Err(zper_client::admin::AdminError::Unreachable { .. }) => {
+                eprintln!(
+                    "zper: note: admin API at {admin_addr} not reachable, so reading fragment 0 only \
+                     (pass --admin HOST:PORT to read every fragment, or --fragment N)"
+                );
+                return Ok(vec![0]);
+            }
+            Err(e) => return Err(e).context(format!("topic {:?}", args.topic)),
+        }
+    }
+}
+
+/// Where `--from` starts each fragment.
+#[derive(Clone, Copy)]
+enum From {
+    Earliest,
+    Latest,
+    Offset(u64),
+}
+
+/// One fragment being read: where it is, and the frames of a message split over FETCHes.
+struct Cursor {
+    fragment: u8,
+    client: ReaderClient,
+    offset: u64,
+    fetch_size: u64,
+    frames: Vec<String>,
+    msg_start: u64,
+}
+
+/// What one FETCH of a cursor gave.
+enum Step {
+    /// Messages were printed (how many).
+    Read(u64),
+    /// The end of the fragment.
+    End,
+}
+
 /// Runs `zper consume`: one line per message, its frames (lossy UTF-8) joined by a tab.
 pub fn run(args: ConsumeArgs, targets: &Endpoints) -> Result<()> {
     let ctx = zmq::Context::new();
     let reader = endpoint(args.reader.as_deref().unwrap_or(&targets.reader));
-    let client = ReaderClient::connect(
-        &ctx,
-        &reader,
-        &args.topic,
-        Duration::from_millis(args.timeout.max(0) as u64),
-    )?;
-    let mut offset = match args.from.as_str() {
-        "earliest" => client.offset(Timestamp::Earliest)?,
-        "latest" => client.offset(Timestamp::Latest)?,
+    let from = match args.from.as_str() {
+        "earliest" => From::Earliest,
+        "latest" => From::Latest,
         n => match n.parse() {
-            Ok(n) => n,
+            Ok(n) => From::Offset(n),
             Err(_) => bail!("--from must be earliest, latest or a byte offset, not {n:?}"),
         },
     };
-    let mut fetch_size = args.fetch_size.max(16);
-    let mut seen = 0u64;
+    let fragments = fragments(&args, targets)?;
+    let several = fragments.len() > 1;
+    let timeout = Duration::from_millis(args.timeout.max(0) as u64);
+    let mut cursors = Vec::with_capacity(fragments.len());
+    for fragment in fragments {
+        let client = ReaderClient::connect_fragment(&ctx, &reader, &args.topic, fragment, timeout)?;
+        let offset = match from {
+            From::Earliest => client.offset(Timestamp::Earliest)?,
+            From::Latest => client.offset(Timestamp::Latest)?,
+            From::Offset(n) if several => bail!(
+                "--from {n}: a byte offset is a position in one fragment, and topic {:?} has \
+                 several; add --fragment N",
+                args.topic
+            ),
+            From::Offset(n) => n,
+        };
+        cursors.push(Cursor {
+            fragment,
+            client,
+            offset,
+            fetch_size: args.fetch_size.max(16),
+            frames: Vec::new(),
+            msg_start: offset,
+        });
+    }
     let out = std::io::stdout();
     let mut out = out.lock();
-    // Frames of a message that continues in the next FETCH: progress is frame-granular (spec
-    // §5.3), so a message larger than one FETCH is read in several.
-    let mut frames: Vec<String> = Vec::new();
-    let mut msg_start = offset;
+    let mut seen = 0u64;
+    let limit = (args.max_messages > 0).then_some(args.max_messages);
     loop {
-        let Some(data) = client.fetch(offset, fetch_size)? else {
-            bail!(
-                "offset {offset} is not readable in topic {} (101)",
-                args.topic
-            );
-        };
-        let mut it = Records::new(&data);
-        for rec in it.by_ref() {
-            if frames.is_empty() {
-                msg_start = offset;
-            }
-            offset += rec.stored_len() as u64;
-            frames.push(String::from_utf8_lossy(rec.payload).into_owned());
-            if !rec.more {
-                if args.offsets {
-                    write!(out, "{msg_start}\t")?;
-                }
-                writeln!(out, "{}", frames.join("\t"))?;
-                frames.clear();
-                seen += 1;
-                if args.max_messages > 0 && seen >= args.max_messages {
-                    return Ok(());
+        let mut read_any = false;
+        for c in &mut cursors {
+            // Each fragment to its end (or the limit) before the next.
+            loop {
+                let left = limit.map(|l| l - seen);
+                match step(c, &args, several, left, &mut out)? {
+                    Step::Read(n) => {
+                        seen += n;
+                        read_any |= n > 0;
+                        if limit.is_some_and(|l| seen >= l) {
+                            return Ok(());
+                        }
+                    }
+                    Step::End => break,
                 }
             }
         }
-        if it.valid_bytes() == 0 {
-            if data.len() as u64 >= fetch_size {
-                fetch_size = fetch_size.saturating_mul(2); // one record larger than the FETCH
-                continue;
-            }
-            if !data.is_empty() {
-                bail!("offset {offset}: a record larger than the node serves in one FETCH");
-            }
-            if !args.follow {
-                return Ok(());
-            }
+        if !args.follow {
+            return Ok(());
+        }
+        if !read_any {
             out.flush()?;
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+}
+
+/// One FETCH on `c`: prints the whole messages it holds (at most `left`).
+fn step(
+    c: &mut Cursor,
+    args: &ConsumeArgs,
+    several: bool,
+    left: Option<u64>,
+    out: &mut impl Write,
+) -> Result<Step> {
+    let Some(data) = c.client.fetch(c.offset, c.fetch_size)? else {
+        bail!(
+            "offset {} is not readable in fragment {} of topic {} (101)",
+            c.offset,
+            c.fragment,
+            args.topic
+        );
+    };
+    let mut it = Records::new(&data);
+    let mut printed = 0u64;
+    // Frames of a message that continues in the next FETCH: progress is frame-granular (spec
+    // §5.3), so a message larger than one FETCH is read in several.
+    for rec in it.by_ref() {
+        if c.frames.is_empty() {
+            c.msg_start = c.offset;
+        }
+        c.offset += rec.stored_len() as u64;
+        c.frames
+            .push(String::from_utf8_lossy(rec.payload).into_owned());
+        if !rec.more {
+            if args.offsets && several {
+                write!(out, "{}:{}\t", c.fragment, c.msg_start)?;
+            } else if args.offsets {
+                write!(out, "{}\t", c.msg_start)?;
+            }
+            writeln!(out, "{}", c.frames.join("\t"))?;
+            c.frames.clear();
+            printed += 1;
+            if left.is_some_and(|l| printed >= l) {
+                return Ok(Step::Read(printed));
+            }
+        }
+    }
+    if it.valid_bytes() > 0 {
+        return Ok(Step::Read(printed));
+    }
+    if data.len() as u64 >= c.fetch_size {
+        c.fetch_size = c.fetch_size.saturating_mul(2); // one record larger than the FETCH
+        return Ok(Step::Read(0));
+    }
+    if !data.is_empty() {
+        bail!(
+            "offset {}: a record larger than the node serves in one FETCH",
+            c.offset
+        );
+    }
+    Ok(Step::End)
 }

@@ -300,3 +300,148 @@ fn topics_and_cluster_commands_use_the_admin_api() {
         "{o:?}"
     );
 }
+
+#[test]
+fn consume_reads_every_fragment_and_refuses_a_topic_that_does_not_exist() {
+    let n = TestNode::start();
+    let admin = n.node().endpoints().http.clone();
+    assert!(ready(&admin));
+    let o = zper(&[
+        "topics",
+        "create",
+        "multi",
+        "--fragments",
+        "3",
+        "--admin",
+        &admin,
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    // Each `zper produce` is a producer of its own (a fresh UUID), so the messages spread over
+    // the fragments by the UUID's hash.
+    let sent: Vec<String> = (0..12).map(|i| format!("m{i}")).collect();
+    for body in &sent {
+        let o = zper(&["produce", "-t", "multi", "-w", &n.writer, "-m", "2", body]);
+        assert!(o.status.success(), "{o:?}");
+    }
+    let holding = || {
+        get_json(&admin, "/v1/topics/multi")["fragments"]
+            .as_array()
+            .map_or(0, |f| {
+                f.iter()
+                    .filter(|f| f["end_offset"].as_u64().is_some_and(|e| e > 0))
+                    .count()
+            })
+    };
+    assert!(
+        eventually(|| holding() >= 2),
+        "several fragments hold messages"
+    );
+    let payloads = |o: &Output| {
+        let mut p: Vec<String> = stdout(o)
+            .lines()
+            .filter_map(|l| l.rsplit('\t').next().map(str::to_owned))
+            .collect();
+        p.sort();
+        p
+    };
+    let mut want = sent.clone();
+    want.sort();
+    let o = zper(&["consume", "-t", "multi", "-r", &n.reader, "--admin", &admin]);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(payloads(&o), want, "every fragment is read");
+    // --offsets names the fragment; --fragment reads one.
+    let o = zper(&[
+        "consume",
+        "-t",
+        "multi",
+        "-r",
+        &n.reader,
+        "--admin",
+        &admin,
+        "--offsets",
+    ]);
+    let firsts: std::collections::BTreeSet<String> = stdout(&o)
+        .lines()
+        .filter_map(|l| {
+            l.split('\t')
+                .next()?
+                .split_once(':')
+                .map(|(f, _)| f.to_owned())
+        })
+        .collect();
+    assert!(
+        firsts.len() >= 2,
+        "fragment:offset on every line: {}",
+        stdout(&o)
+    );
+    let mut one = 0;
+    for f in ["0", "1", "2"] {
+        let o = zper(&["consume", "-t", "multi", "-r", &n.reader, "--fragment", f]);
+        assert!(o.status.success(), "{o:?}");
+        one += stdout(&o).lines().count();
+    }
+    assert_eq!(one, sent.len(), "the fragments split the messages");
+    // A byte offset needs a fragment.
+    let o = zper(&[
+        "consume", "-t", "multi", "-r", &n.reader, "--admin", &admin, "--from", "0",
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--fragment"),
+        "{o:?}"
+    );
+    // A topic that does not exist is an error, also with --follow (which used to wait forever).
+    for follow in [false, true] {
+        let mut args = vec!["consume", "-t", "nope", "-r", &n.reader, "--admin", &admin];
+        if follow {
+            args.push("-f");
+        }
+        let o = zper(&args);
+        assert!(!o.status.success(), "{o:?}");
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(
+            err.contains("does not exist") && err.contains("--wait"),
+            "{err}"
+        );
+    }
+    assert!(!n
+        .node()
+        .cluster()
+        .state
+        .cluster_metadata()
+        .topics
+        .contains_key("nope"));
+}
+
+#[test]
+fn with_auto_create_off_a_write_to_a_new_topic_is_refused_until_it_is_created() {
+    let n = TestNode::start_with(|c| c.auto_create_topics = false);
+    let admin = n.node().endpoints().http.clone();
+    assert!(ready(&admin));
+    let o = zper(&["produce", "-t", "fresh", "-w", &n.writer, "-m", "2", "x"]);
+    assert!(!o.status.success(), "{o:?}");
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(
+        err.contains("auto_create_topics"),
+        "the refusal says why: {err}"
+    );
+    let topics = || n.node().cluster().state.cluster_metadata().topics;
+    assert!(!topics().contains_key("fresh"), "nothing was created");
+    let o = zper(&["topics", "create", "fresh", "--admin", &admin]);
+    assert!(o.status.success(), "{o:?}");
+    // Refusals are remembered for a second, then the topic is looked up again.
+    assert!(eventually_every(
+        std::time::Duration::from_secs(30),
+        std::time::Duration::from_millis(200),
+        || zper(&["produce", "-t", "fresh", "-w", &n.writer, "-m", "2", "y"])
+            .status
+            .success()
+    ));
+    let o = zper(&["consume", "-t", "fresh", "-r", &n.reader, "--admin", &admin]);
+    assert_eq!(stdout(&o), "0\ty\n", "{o:?}");
+}
+
+/// Waits until the node at `admin` says ready (a member that can create topics).
+fn ready(admin: &str) -> bool {
+    eventually(|| http("GET", admin, "/v1/status/ready", None).is_some_and(|(s, _)| s == 200))
+}
