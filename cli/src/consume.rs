@@ -57,12 +57,36 @@ pub struct ConsumeArgs {
 /// The fragments to read, from `--fragment` or the admin API.
 ///
 /// Errors: the topic does not exist (and `--wait` was not given); the admin API refused.
-fn fragments(args: &ConsumeArgs, targets: &Endpoints) -> Result<Vec<u8>> {
+fn fragments(args: &ConsumeArgs, targets: &Endpoints, reader: &str) -> Result<Vec<u8>> {
     if let Some(f) = args.fragment {
         return Ok(vec![f]);
     }
     let admin_addr = args.admin.as_deref().unwrap_or(&targets.admin);
     let admin = AdminClient::new(admin_addr, None, Duration::from_secs(5))?;
+    let fragment_0 = |why: &str| {
+        eprintln!(
+            "zper: note: {why}, so reading fragment 0 only (pass --admin HOST:PORT to read every \
+             fragment, or --fragment N)"
+        );
+        Ok(vec![0])
+    };
+    // Without `--admin` the admin address is a default (or the config's), which may be
+    // another cluster's node whose answer says nothing of this topic: use it only if it lists
+    // a node with this reader.
+    if args.admin.is_none() {
+        match admin.brokers() {
+            Ok(brokers)
+                if brokers
+                    .iter()
+                    .any(|b| same_endpoint(&b.endpoints.reader, reader)) => {}
+            Ok(_) => {
+                return fragment_0(&format!(
+                    "the admin API at {admin_addr} is not the cluster of reader {reader}"
+                ))
+            }
+            Err(_) => return fragment_0(&format!("admin API at {admin_addr} not reachable")),
+        }
+    }
     let mut waited = false;
     loop {
         match admin.topic(&args.topic) {
@@ -86,15 +110,23 @@ fn fragments(args: &ConsumeArgs, targets: &Endpoints) -> Result<Vec<u8>> {
                 std::thread::sleep(Duration::from_millis(500));
             }
             Err(zper_client::admin::AdminError::Unreachable { .. }) => {
-                eprintln!(
-                    "zper: note: admin API at {admin_addr} not reachable, so reading fragment 0 only \
-                     (pass --admin HOST:PORT to read every fragment, or --fragment N)"
-                );
-                return Ok(vec![0]);
+                return fragment_0(&format!("admin API at {admin_addr} not reachable"));
             }
             Err(e) => return Err(e).context(format!("topic {:?}", args.topic)),
         }
     }
+}
+
+/// True when two ZeroMQ endpoints name the same host and port (`*`, `0.0.0.0`, `localhost` and
+/// `127.0.0.1` all count as this machine).
+fn same_endpoint(a: &str, b: &str) -> bool {
+    fn split(e: &str) -> Option<(&str, &str)> {
+        let e = e.strip_prefix("tcp://").unwrap_or(e);
+        let (host, port) = e.rsplit_once(':')?;
+        let local = matches!(host, "*" | "0.0.0.0" | "localhost" | "127.0.0.1");
+        Some((if local { "127.0.0.1" } else { host }, port))
+    }
+    split(a).is_some() && split(a) == split(b)
 }
 
 /// Where `--from` starts each fragment.
@@ -135,7 +167,7 @@ pub fn run(args: ConsumeArgs, targets: &Endpoints) -> Result<()> {
             Err(_) => bail!("--from must be earliest, latest or a byte offset, not {n:?}"),
         },
     };
-    let fragments = fragments(&args, targets)?;
+    let fragments = fragments(&args, targets, &reader)?;
     let several = fragments.len() > 1;
     let timeout = Duration::from_millis(args.timeout.max(0) as u64);
     let mut cursors = Vec::with_capacity(fragments.len());
@@ -247,4 +279,24 @@ fn step(
         );
     }
     Ok(Step::End)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_endpoint;
+
+    #[test]
+    fn endpoints_on_this_machine_match_by_port() {
+        assert!(same_endpoint(
+            "tcp://127.0.0.1:5556",
+            "tcp://localhost:5556"
+        ));
+        assert!(same_endpoint("tcp://0.0.0.0:5556", "127.0.0.1:5556"));
+        assert!(!same_endpoint(
+            "tcp://127.0.0.1:5556",
+            "tcp://127.0.0.1:6556"
+        ));
+        assert!(!same_endpoint("tcp://10.0.0.1:5556", "tcp://10.0.0.2:5556"));
+        assert!(!same_endpoint("nonsense", "nonsense"));
+    }
 }
