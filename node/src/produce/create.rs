@@ -241,6 +241,32 @@ pub(crate) fn park_unknown(
     now
 }
 
+/// `batch` cut at run boundaries into batches of at most `max` bytes each (a single larger run
+/// stays whole), in order: a released parking lot is appended as the front would have handed
+/// it over, so one failed store write (a full disk) refuses one front-sized batch, not every
+/// write that waited.
+pub(crate) fn split(batch: WriteBatch, max: usize) -> Vec<WriteBatch> {
+    let mut out = Vec::new();
+    let mut current = WriteBatch::default();
+    let mut start = 0;
+    for a in batch.appends {
+        let records = &batch.bytes[start..a.bytes_end];
+        start = a.bytes_end;
+        if !current.appends.is_empty() && current.bytes.len() + records.len() > max {
+            out.push(std::mem::take(&mut current));
+        }
+        current.bytes.extend_from_slice(records);
+        current.appends.push(Append {
+            bytes_end: current.bytes.len(),
+            ..a
+        });
+    }
+    if !current.appends.is_empty() {
+        out.push(current);
+    }
+    out
+}
+
 /// Whether a creation that failed lately should be retried yet (a dead quorum is not asked
 /// again for every batch: writes in between are refused at once).
 pub(crate) fn retry_due(failed_at: Option<&Instant>) -> bool {
@@ -378,6 +404,28 @@ mod tests {
         );
         assert_eq!(lot.drain().len(), PARKED_TOPICS);
         assert!(lot.is_empty());
+    }
+
+    #[test]
+    fn a_released_lot_is_appended_in_front_sized_batches_in_order() {
+        let b = batch(&[
+            ("t", 1, b"aaaa"),
+            ("t", 2, b"bb"),
+            ("t", 1, b"cccccc"),
+            ("t", 3, b"d"),
+        ]);
+        let parts = split(b, 6);
+        let got: Vec<Vec<(String, Vec<u8>)>> = parts.iter().map(runs).collect();
+        assert_eq!(
+            got,
+            vec![
+                vec![("t".into(), b"aaaa".to_vec()), ("t".into(), b"bb".to_vec())],
+                vec![("t".into(), b"cccccc".to_vec())],
+                vec![("t".into(), b"d".to_vec())],
+            ],
+            "cut at run boundaries, a run larger than the limit whole"
+        );
+        assert!(split(WriteBatch::default(), 6).is_empty());
     }
 
     #[test]

@@ -12,7 +12,7 @@ use zper_store::{FlushPolicy, Store, TopicLog};
 use zper_wire::AckMode;
 
 use super::acks::{AckBook, Facts};
-use super::create::{park_unknown, retry_due, CreateTopics, Created, ParkingLot};
+use super::create::{park_unknown, retry_due, split, CreateTopics, Created, ParkingLot};
 use super::{Append, Producer, WriteBatch};
 use crate::control::ack::FlushNotice;
 use crate::metrics::Counters;
@@ -361,7 +361,9 @@ impl Worker {
             Ok(()) => {
                 self.create_failed.remove(&c.topic);
                 if let Some(batch) = parked {
-                    self.apply(batch);
+                    for part in split(batch, super::BATCH_BYTES) {
+                        self.apply(part);
+                    }
                 }
             }
             Err(e) => {
