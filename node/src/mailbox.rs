@@ -7,8 +7,8 @@
 //! Shape: [`Mailbox::new`] gives the loop's end (a crossbeam receiver plus the doorbell's PULL)
 //! and a [`Postbox`] that clones freely into tokio tasks. A post is `channel send, then ring`;
 //! the loop `drains the bell, then the channel`, so no post is missed: a ring that arrives
-//! after the drain wakes the next poll. Rings coalesce (the doorbell holds at most a couple),
-//! so a burst of posts costs one wake-up.
+//! after the drain wakes the next poll. Rings coalesce through a flag (at most two queued), so
+//! a burst of posts costs one wake-up.
 //!
 //! Bounds (issue #13): the channel is unbounded in type only; every loop limits what it has in
 //! flight (subscriptions [`crate::control::controller::SUBSCRIPTIONS_IN_PROGRESS`], Dolly
@@ -59,17 +59,29 @@ impl Shutdown {
 }
 
 /// The ringing end of a doorbell: an inproc PUSH behind a mutex (zmq sockets are Send, not
-/// Sync), sending empty frames without blocking.
+/// Sync) and a flag that coalesces rings.
+///
+/// The PUSH has no high-water mark. With a mark of 1 (before the attack on issue #14) a send
+/// could be refused with EAGAIN while the bell was already empty (libzmq learns that the peer
+/// read lazily), and a loop polling with no timeout missed the post: about 1 Dolly Put in 500
+/// got no reply. Instead the flag keeps at most two rings queued: a post sends only when the
+/// flag was clear, and the loop clears it after taking the rings and before taking the posts.
 #[derive(Clone)]
-struct Doorbell(Arc<Mutex<zmq::Socket>>);
+struct Doorbell {
+    push: Arc<Mutex<zmq::Socket>>,
+    rung: Arc<AtomicBool>,
+}
 
 impl Doorbell {
     fn ring(&self) {
-        let push = match self.0.lock() {
+        if self.rung.swap(true, Ordering::AcqRel) {
+            return; // a ring is queued and the loop has not taken the posts yet
+        }
+        let push = match self.push.lock() {
             Ok(p) => p,
             Err(poisoned) => poisoned.into_inner(),
         };
-        // EAGAIN: a ring is already waiting, which wakes the loop just as well.
+        // No high-water mark: an inproc send does not fail while the loop's socket exists.
         let _ = push.send(&[][..], zmq::DONTWAIT);
     }
 }
@@ -105,6 +117,7 @@ impl<T> Postbox<T> {
 pub struct Mailbox<T> {
     rx: Receiver<T>,
     bell: zmq::Socket,
+    rung: Arc<AtomicBool>,
     shutdown: Shutdown,
 }
 
@@ -125,20 +138,25 @@ impl<T> Mailbox<T> {
             NEXT.fetch_add(1, Ordering::Relaxed)
         );
         let pull = ctx.socket(zmq::PULL)?;
-        pull.set_rcvhwm(1)?;
+        pull.set_rcvhwm(0)?;
         pull.set_linger(0)?;
         pull.bind(&address)?;
         let push = ctx.socket(zmq::PUSH)?;
-        push.set_sndhwm(1)?;
+        push.set_sndhwm(0)?;
         push.set_linger(0)?;
         push.connect(&address)?;
-        let bell = Doorbell(Arc::new(Mutex::new(push)));
+        let rung = Arc::new(AtomicBool::new(false));
+        let bell = Doorbell {
+            push: Arc::new(Mutex::new(push)),
+            rung: rung.clone(),
+        };
         shutdown.register(bell.clone());
         let (tx, rx) = crossbeam_channel::unbounded();
         Ok((
             Mailbox {
                 rx,
                 bell: pull,
+                rung,
                 shutdown: shutdown.clone(),
             },
             Postbox { tx, bell },
@@ -152,7 +170,11 @@ impl<T> Mailbox<T> {
 
     /// Everything posted so far, after silencing the doorbell.
     pub fn drain(&self) -> Vec<T> {
+        // Rings first, then the flag, then the posts: a post whose ring was skipped because
+        // the flag was set is in the channel before the flag is cleared here, and a post after
+        // the clear rings again.
         while self.bell.recv_bytes(zmq::DONTWAIT).is_ok() {}
+        self.rung.store(false, Ordering::Release);
         self.rx.try_iter().collect()
     }
 
@@ -216,6 +238,34 @@ mod tests {
         assert!(postbox.post(2));
         assert!(readable(&mailbox, -1));
         assert_eq!(mailbox.drain(), vec![2]);
+    }
+
+    #[test]
+    fn no_post_is_missed_when_each_waits_for_the_last_to_be_taken() {
+        // The attack's pattern (issue #14 F1): one post at a time, the loop polling without a
+        // timeout between them. With a doorbell of high-water mark 1, some 1 in 30 posts
+        // found the send refused and were never seen.
+        let ctx = zmq::Context::new();
+        let shutdown = Shutdown::default();
+        let (mailbox, postbox) = Mailbox::<u32>::new(&ctx, "lockstep", &shutdown).expect("mailbox");
+        let (taken_tx, taken_rx) = crossbeam_channel::bounded::<()>(1);
+        const POSTS: u32 = 5000;
+        let poster = std::thread::spawn(move || {
+            for i in 0..POSTS {
+                assert!(postbox.post(i));
+                if taken_rx.recv().is_err() {
+                    return;
+                }
+            }
+        });
+        for i in 0..POSTS {
+            // 5 s instead of -1 so that a lost post fails the test instead of hanging it.
+            assert!(readable(&mailbox, 5000), "post {i} woke the loop");
+            let got = mailbox.drain();
+            assert_eq!(got, vec![i]);
+            taken_tx.send(()).expect("poster");
+        }
+        poster.join().expect("poster");
     }
 
     #[test]
