@@ -24,9 +24,9 @@ out=$dir/results
   mkdir -p "$dir/n1"
   $Z perf fsync --dir "$dir/n1" -n 500
   $Z perf metadata --admin "$(admin "$leader")" -n 1000 -c 1 --prefix base
-  $Z perf dolly-put -e "$(dolly 1),$(dolly 2),$(dolly 3)" -n "$N" -c "$DEALERS" -w "$WINDOW" --keys 10000
-  $Z perf dolly-put -e "$(dolly "$leader")" -n "$N" -c "$DEALERS" -w "$WINDOW" --keys 10000
-  $Z perf dolly-get -e "$(dolly "$leader")" -n "$GETS" -c "$DEALERS" -w "$WINDOW" --keys 10000
+  $Z perf dolly-put -e "$(dolly 1),$(dolly 2),$(dolly 3)" -n "$N" -c "$DEALERS" --window "$WINDOW" --keys 10000
+  $Z perf dolly-put -e "$(dolly "$leader")" -n "$N" -c "$DEALERS" --window "$WINDOW" --keys 10000
+  $Z perf dolly-get -e "$(dolly "$leader")" -n "$GETS" -c "$DEALERS" --window "$WINDOW" --keys 10000
   $Z perf raw -n "$GETS" -s 100
 } | tee "$out"
 field() { grep "^perf $1 " "$out" | sed -n "${3:-1}p" | tr ' ' '\n' | sed -n "s/^$2=//p"; }

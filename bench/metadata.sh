@@ -33,7 +33,7 @@ for r in $(seq 1 "$ROUNDS"); do
   kill -9 "${pids[$leader - 1]}"
   # Retry every write until it commits: first_commit_ms is kill -> first committed write
   # (plus this process's start, a few ms).
-  $Z perf metadata --admin "$(admin "$survivor")" -n 1 --retry-ms 20000 --prefix failover$r \
+  $Z perf metadata --admin "$(admin "$survivor")" -n 1 --retry 20s --prefix failover$r \
     | sed "s/^perf metadata/perf failover round=$r killed=$leader/" | tee -a "$out"
   start "$leader"
 done

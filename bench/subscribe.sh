@@ -19,7 +19,7 @@ out=$dir/results
 {
   $Z perf produce -t push -w $W -n "$N" -m 1
   for k in 1 4 16; do
-    $Z perf subscribe -t push -c $C -k "$k" -n "$N"
+    $Z perf subscribe -t push -C $C -k "$k" -n "$N"
     $Z perf subscribe -t push -r $R --fetch -k "$k" -n "$N"
   done
 } | tee "$out"

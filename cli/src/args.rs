@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
-use crate::{consume, dolly, output, perf, produce, run, subscribe};
+use crate::{config, consume, dolly, output, perf, produce, run, subscribe};
 
 /// zper: a ZeroMQ persistence broker speaking ZPER's protocol.
 #[derive(Debug, Parser)]
@@ -15,6 +15,10 @@ pub struct Cli {
     /// A server.properties-style config file (default: the embedded one, data under ./data).
     #[arg(long, global = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// JSON output: the API's JSON for topics and cluster, one object per message for consume,
+    /// one object per reply for dolly, a summary object for produce, perf and config show.
+    #[arg(long, global = true)]
+    pub json: bool,
     /// What to do (default: run a node).
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -61,4 +65,101 @@ pub enum Command {
         #[command(flatten)]
         target: output::AdminTarget,
     },
+    /// The node configuration: `show` prints each key's effective value and its source.
+    Config {
+        /// What to do.
+        #[command(subcommand)]
+        command: config::ConfigCommand,
+    },
+    /// Print a shell completion script: `zper completions bash > /etc/bash_completion.d/zper`,
+    /// `zper completions zsh > ~/.zfunc/_zper`, `zper completions fish >
+    /// ~/.config/fish/completions/zper.fish`.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// Each short flag's one meaning, as the long names that carry it (issue #15: `-w` was
+    /// writer and window, `-t` topic and timeout, `-n` count and name, `-c` controller and
+    /// concurrency). `-c` is concurrency as in ZPER's perf tools (spec `zper.md` §10.2).
+    const MEANINGS: &[(char, &str, &[&str])] = &[
+        ('t', "topic", &["topic"]),
+        ('w', "writer endpoint", &["writer", "writerinfo"]),
+        ('r', "reader endpoint", &["reader", "readerinfo"]),
+        ('C', "controller endpoints", &["controller"]),
+        ('e', "Dolly endpoint(s)", &["endpoint", "endpoints"]),
+        ('p', "Dolly peers file", &["peers"]),
+        (
+            'n',
+            "how many (messages, requests, commits)",
+            &["messages", "max-messages", "requests", "commits", "count"],
+        ),
+        (
+            'c',
+            "concurrency (threads, sockets, writers)",
+            &["threads", "dealers", "concurrency"],
+        ),
+        (
+            's',
+            "a size in bytes",
+            &["message-size", "fetch-size", "value-size"],
+        ),
+        ('m', "ack mode", &["mode"]),
+        ('f', "follow", &["follow"]),
+        ('g', "subscription group", &["group"]),
+        ('k', "reader threads", &["readers"]),
+        ('h', "help", &["help"]),
+        ('V', "version", &["version"]),
+    ];
+
+    /// Every (short, long, command path) in the command tree.
+    fn shorts(cmd: &clap::Command, path: &str, out: &mut Vec<(char, String, String)>) {
+        for arg in cmd.get_arguments() {
+            if let Some(short) = arg.get_short() {
+                let long = arg.get_long().unwrap_or("").to_owned();
+                out.push((short, long, path.to_owned()));
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            shorts(sub, &format!("{path} {}", sub.get_name()), out);
+        }
+    }
+
+    #[test]
+    fn every_short_flag_has_one_meaning_across_every_subcommand() {
+        let mut cmd = Cli::command();
+        cmd.build();
+        let mut found = Vec::new();
+        shorts(&cmd, "zper", &mut found);
+        let table: BTreeMap<char, (&str, &[&str])> = MEANINGS
+            .iter()
+            .map(|(c, m, longs)| (*c, (*m, *longs)))
+            .collect();
+        let mut wrong = Vec::new();
+        for (short, long, path) in &found {
+            match table.get(short) {
+                Some((_, longs)) if longs.contains(&long.as_str()) => {}
+                Some((meaning, _)) => wrong.push(format!(
+                    "{path}: -{short} is --{long}, but -{short} means {meaning}"
+                )),
+                None => wrong.push(format!(
+                    "{path}: -{short} (--{long}) has no entry in MEANINGS"
+                )),
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+        assert!(
+            found.iter().any(|(s, _, _)| *s == 't'),
+            "the walk found the flags"
+        );
+    }
 }

@@ -41,7 +41,7 @@ pub fn run(cmd: ClusterCommand, target: &AdminTarget, defaults: &Endpoints) -> R
             let raft = json(&api.raft()?);
             let brokers = json(&api.brokers()?);
             let v = json!({ "raft": raft, "brokers": brokers });
-            print(target.json, &v, |v| {
+            print(crate::output::json_output(), &v, |v| {
                 let r = &v["raft"];
                 let rows = v["brokers"].as_array().into_iter().flatten().map(|b| {
                     vec![
@@ -75,7 +75,7 @@ pub fn run(cmd: ClusterCommand, target: &AdminTarget, defaults: &Endpoints) -> R
         }
         ClusterCommand::Ready => {
             let v = json(&api.ready()?);
-            print(target.json, &v, |v| {
+            print(crate::output::json_output(), &v, |v| {
                 format!(
                     "ready: leader {}, applied {}\n",
                     text(&v["leader"]),
@@ -85,13 +85,13 @@ pub fn run(cmd: ClusterCommand, target: &AdminTarget, defaults: &Endpoints) -> R
         }
         ClusterCommand::AddNode { id, http } => {
             let v = json(&api.add_node(id, &http)?);
-            print(target.json, &v, |v| {
+            print(crate::output::json_output(), &v, |v| {
                 format!("voters {}\n", ids(&v["voters"]))
             });
         }
         ClusterCommand::RemoveNode { id } => {
             api.remove_node(id)?;
-            if !target.json {
+            if !crate::output::json_output() {
                 println!("removed node {id}");
             }
         }

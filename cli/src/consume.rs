@@ -11,8 +11,11 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use zper_client::{endpoint, AdminClient, Endpoints, ReaderClient, Timestamp};
+use zper_client::{endpoint, AdminClient, Endpoints, ReaderClient};
 use zper_wire::Records;
+
+use crate::duration::parse_duration;
+use crate::position::{self, From};
 
 /// Options of `zper consume`.
 #[derive(Debug, Args)]
@@ -30,9 +33,11 @@ pub struct ConsumeArgs {
     /// Read only this fragment (default: every fragment of the topic).
     #[arg(long)]
     pub fragment: Option<u8>,
-    /// Where to start in each fragment: earliest, latest, or a byte offset (with one fragment).
-    #[arg(long, default_value = "earliest")]
-    pub from: String,
+    /// Where to start in each fragment: `earliest`, `latest`, `-N` (the last N messages), an
+    /// RFC 3339 time (`2026-12-02T10:00:00Z`; segment granularity, through OFFSET) or a byte
+    /// offset (a message boundary; with one fragment or --fragment).
+    #[arg(long, default_value = "earliest", allow_hyphen_values = true)]
+    pub from: From,
     /// Keep polling for new messages at the end of every fragment.
     #[arg(long, short = 'f')]
     pub follow: bool,
@@ -49,9 +54,9 @@ pub struct ConsumeArgs {
     /// fragments).
     #[arg(long)]
     pub offsets: bool,
-    /// Reply timeout, ms.
-    #[arg(long, default_value_t = 5000)]
-    pub timeout: i32,
+    /// Reply timeout: `5s`, `500ms`, or a number of ms.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub timeout: Duration,
 }
 
 /// The fragments to read, from `--fragment` or the admin API.
@@ -129,14 +134,6 @@ fn same_endpoint(a: &str, b: &str) -> bool {
     split(a).is_some() && split(a) == split(b)
 }
 
-/// Where `--from` starts each fragment.
-#[derive(Clone, Copy)]
-enum From {
-    Earliest,
-    Latest,
-    Offset(u64),
-}
-
 /// One fragment being read: where it is, and the frames of a message split over FETCHes.
 struct Cursor {
     fragment: u8,
@@ -159,29 +156,20 @@ enum Step {
 pub fn run(args: ConsumeArgs, targets: &Endpoints) -> Result<()> {
     let ctx = zmq::Context::new();
     let reader = endpoint(args.reader.as_deref().unwrap_or(&targets.reader));
-    let from = match args.from.as_str() {
-        "earliest" => From::Earliest,
-        "latest" => From::Latest,
-        n => match n.parse() {
-            Ok(n) => From::Offset(n),
-            Err(_) => bail!("--from must be earliest, latest or a byte offset, not {n:?}"),
-        },
-    };
+    let from = args.from;
     let fragments = fragments(&args, targets, &reader)?;
     let several = fragments.len() > 1;
-    let timeout = Duration::from_millis(args.timeout.max(0) as u64);
+    let timeout = args.timeout;
     let mut cursors = Vec::with_capacity(fragments.len());
     for fragment in fragments {
         let client = ReaderClient::connect_fragment(&ctx, &reader, &args.topic, fragment, timeout)?;
         let offset = match from {
-            From::Earliest => client.offset(Timestamp::Earliest)?,
-            From::Latest => client.offset(Timestamp::Latest)?,
             From::Offset(n) if several => bail!(
                 "--from {n}: a byte offset is a position in one fragment, and topic {:?} has \
                  several; add --fragment N",
                 args.topic
             ),
-            From::Offset(n) => n,
+            from => position::start(&client, from, args.fetch_size)?,
         };
         cursors.push(Cursor {
             fragment,
@@ -234,10 +222,10 @@ fn step(
 ) -> Result<Step> {
     let Some(data) = c.client.fetch(c.offset, c.fetch_size)? else {
         bail!(
-            "offset {} is not readable in fragment {} of topic {} (101)",
-            c.offset,
+            "fragment {} of topic {}: {}",
             c.fragment,
-            args.topic
+            args.topic,
+            position::explain_unreadable(&c.client, c.offset, c.fetch_size)
         );
     };
     let mut it = Records::new(&data);
@@ -252,12 +240,20 @@ fn step(
         c.frames
             .push(String::from_utf8_lossy(rec.payload).into_owned());
         if !rec.more {
-            if args.offsets && several {
+            if crate::output::json_output() {
+                // One object per message: {"fragment", "offset", "frames": [text...]}.
+                let line = serde_json::json!({
+                    "fragment": c.fragment, "offset": c.msg_start, "frames": c.frames,
+                });
+                writeln!(out, "{line}")?;
+            } else if args.offsets && several {
                 write!(out, "{}:{}\t", c.fragment, c.msg_start)?;
             } else if args.offsets {
                 write!(out, "{}\t", c.msg_start)?;
             }
-            writeln!(out, "{}", c.frames.join("\t"))?;
+            if !crate::output::json_output() {
+                writeln!(out, "{}", c.frames.join("\t"))?;
+            }
             c.frames.clear();
             printed += 1;
             if left.is_some_and(|l| printed >= l) {

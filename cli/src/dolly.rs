@@ -12,6 +12,7 @@ use zper_client::dolly::DollyReply;
 use zper_client::{endpoint, DollyClient, Endpoints};
 
 use crate::duration::parse_duration;
+use crate::output::{json_line, json_output};
 
 /// Which node to ask, as Dolly's `-p/-n` or an endpoint.
 #[derive(Debug, Args)]
@@ -24,10 +25,10 @@ pub struct DollyTarget {
     #[arg(long, short = 'p', global = true, value_name = "FILE")]
     pub peers: Option<PathBuf>,
     /// The peer's name in --peers.
-    #[arg(long, short = 'n', global = true)]
+    #[arg(long, global = true)]
     pub name: Option<String>,
     /// How long to wait for each reply: `2s`, `500ms` or a number of ms.
-    #[arg(long, short = 't', global = true, default_value = "2s", value_parser = parse_duration)]
+    #[arg(long, global = true, default_value = "2s", value_parser = parse_duration)]
     pub timeout: Duration,
 }
 
@@ -89,6 +90,9 @@ pub fn run(command: DollyCommand, target: &DollyTarget, targets: &Endpoints) -> 
     match command {
         DollyCommand::Put { key, value } => {
             match client.put(key.as_bytes(), value.as_bytes(), target.timeout)? {
+                DollyReply::Value { sequence, .. } if json_output() => {
+                    json_line(&serde_json::json!({"key": key, "sequence": sequence}))
+                }
                 DollyReply::Value { sequence, .. } => println!("{key} set in state {sequence}"),
                 DollyReply::Error(e) => bail!("could not put {key}: {e}"),
             }
@@ -97,6 +101,13 @@ pub fn run(command: DollyCommand, target: &DollyTarget, targets: &Endpoints) -> 
             let mut failed = 0;
             for key in &keys {
                 match client.get(key.as_bytes(), target.timeout)? {
+                    DollyReply::Value { value, sequence } if json_output() => json_line(
+                        &serde_json::json!({"key": key, "value": String::from_utf8_lossy(&value), "sequence": sequence}),
+                    ),
+                    DollyReply::Error(e) if json_output() => {
+                        json_line(&serde_json::json!({"key": key, "error": e}));
+                        failed += 1;
+                    }
                     DollyReply::Value { value, sequence } => println!(
                         "{key} = {} (state {sequence})",
                         String::from_utf8_lossy(&value)
@@ -108,7 +119,10 @@ pub fn run(command: DollyCommand, target: &DollyTarget, targets: &Endpoints) -> 
                 }
             }
             if failed > 0 {
-                bail!("{failed} of {} keys not read", keys.len());
+                bail!(
+                    "{failed} of {} not read",
+                    crate::output::count(keys.len() as u64, "key", "keys")
+                );
             }
         }
     }

@@ -23,6 +23,20 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// As [`parse_duration`], but `0` (or `0s`) is allowed: for options where zero means "off".
+///
+/// Errors: anything that is not a duration.
+pub fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    if t.bytes().all(|b| b == b'0') && !t.is_empty() {
+        return Ok(Duration::ZERO);
+    }
+    match humantime::parse_duration(t) {
+        Ok(d) if d.is_zero() => Ok(Duration::ZERO),
+        _ => parse_duration(s),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -39,5 +53,17 @@ mod tests {
             let e = parse_duration(bad).expect_err(bad);
             assert!(e.contains("duration"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn zero_is_allowed_where_it_means_off() {
+        assert_eq!(parse_duration_or_zero("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration_or_zero("0s"), Ok(Duration::ZERO));
+        assert_eq!(
+            parse_duration_or_zero("250"),
+            Ok(Duration::from_millis(250))
+        );
+        assert_eq!(parse_duration_or_zero("2s"), Ok(Duration::from_secs(2)));
+        assert!(parse_duration_or_zero("soon").is_err());
     }
 }

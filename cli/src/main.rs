@@ -5,11 +5,13 @@
 
 mod args;
 mod cluster;
+mod config;
 mod consume;
 mod dolly;
 mod duration;
 mod output;
 mod perf;
+mod position;
 mod produce;
 mod run;
 mod subscribe;
@@ -39,6 +41,7 @@ fn main() {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
+    output::set_json(cli.json);
     let config = cli.config.as_deref();
     let result = match cli.command {
         None => run::run(config, &run::RunArgs::default()),
@@ -55,6 +58,12 @@ fn main() {
         }
         Some(Command::Cluster { command, target }) => {
             targets(config).and_then(|t| cluster::run(command, &target, &t))
+        }
+        Some(Command::Config { command }) => config::run(command, config),
+        Some(Command::Completions { shell }) => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "zper", &mut std::io::stdout());
+            Ok(())
         }
     };
     if let Err(e) = result {

@@ -1,6 +1,7 @@
 //! What `zper topics` and `zper cluster` share: where the admin API is, and JSON or table
 //! output. HTTP errors print their `{code, message}` and exit 1.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Result;
@@ -14,9 +15,6 @@ pub struct AdminTarget {
     /// HTTP admin address `host:port` (default: from --config, else 127.0.0.1:9644).
     #[arg(long, global = true)]
     pub admin: Option<String>,
-    /// Print the API's JSON instead of a table.
-    #[arg(long, global = true)]
-    pub json: bool,
     /// Admin token for mutating commands on a node with `http.admin_token` set (default: from
     /// --config).
     #[arg(long, global = true, env = "ZPER_ADMIN_TOKEN", hide_env_values = true)]
@@ -32,6 +30,46 @@ impl AdminTarget {
         let token = self.token.clone().or_else(|| defaults.admin_token.clone());
         Ok(AdminClient::new(admin, token, Duration::from_secs(30))?)
     }
+}
+
+/// `--json` was given: every command prints JSON instead of text (set once by `main`).
+static JSON: AtomicBool = AtomicBool::new(false);
+
+/// Switches the process to JSON output (`--json`).
+pub fn set_json(on: bool) {
+    JSON.store(on, Ordering::Relaxed);
+}
+
+/// True when `--json` was given.
+pub fn json_output() -> bool {
+    JSON.load(Ordering::Relaxed)
+}
+
+/// Prints one JSON value as a line on stdout (a closed stdout is ignored, as `print!` would
+/// panic).
+pub fn json_line(v: &Value) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout(), "{v}");
+}
+
+/// `n` and the word, in the singular for 1: `1 message`, `3 messages`.
+pub fn count(n: u64, singular: &str, plural: &str) -> String {
+    format!("{n} {}", if n == 1 { singular } else { plural })
+}
+
+/// Bytes for people: `512 B`, `1.5 KiB`, `20.0 MiB`, `3.2 GiB` (powers of 1024).
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut value = n as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
 }
 
 /// A typed view as the JSON the API sent (the views serialize to exactly their wire form).
@@ -69,5 +107,22 @@ pub fn print(json_out: bool, value: &Value, table: impl FnOnce(&Value) -> String
         );
     } else {
         print!("{}", table(value));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_counts_read_as_people_write_them() {
+        assert_eq!(human_bytes(0), "0 B");
+        assert_eq!(human_bytes(1023), "1023 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(20 << 20), "20.0 MiB");
+        assert_eq!(human_bytes(3 << 30), "3.0 GiB");
+        assert_eq!(count(1, "message", "messages"), "1 message");
+        assert_eq!(count(0, "message", "messages"), "0 messages");
+        assert_eq!(count(2, "key", "keys"), "2 keys");
     }
 }

@@ -8,6 +8,8 @@ use clap::Args;
 
 use zper_client::{endpoint, AckMode, Endpoints, Producer, ProducerOptions};
 
+use crate::duration::parse_duration;
+
 /// Options of `zper produce`.
 #[derive(Debug, Args)]
 pub struct ProduceArgs {
@@ -20,9 +22,10 @@ pub struct ProduceArgs {
     /// Ack mode: 0 none, 1 one ack per flush (DEALER), 2 one reply per message (REQ).
     #[arg(long, short = 'm', default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=2))]
     pub mode: u8,
-    /// How long to wait for the writer to be reachable and for acks, ms.
-    #[arg(long, default_value_t = 10_000)]
-    pub timeout: u64,
+    /// How long to wait for the writer to be reachable and for acks: `10s`, `500ms`, or a number
+    /// of ms.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub timeout: Duration,
     /// Messages to send; stdin lines when none are given.
     pub messages: Vec<String>,
 }
@@ -39,8 +42,8 @@ pub fn run(args: ProduceArgs, targets: &Endpoints) -> Result<()> {
     };
     let ctx = zmq::Context::new();
     let ep = endpoint(args.writer.as_deref().unwrap_or(&targets.writer));
-    let opts = ProducerOptions::new(&args.topic, AckMode::from_byte(args.mode))
-        .timeout(Duration::from_millis(args.timeout));
+    let opts =
+        ProducerOptions::new(&args.topic, AckMode::from_byte(args.mode)).timeout(args.timeout);
     let producer = Producer::connect(&ctx, &[ep], &opts)?;
     for (i, text) in messages.iter().enumerate() {
         let id = i.to_string();
@@ -48,7 +51,7 @@ pub fn run(args: ProduceArgs, targets: &Endpoints) -> Result<()> {
             .send(&[id.as_bytes(), text.as_bytes()])
             .with_context(|| format!("message {id}"))?;
     }
-    let deadline = Instant::now() + Duration::from_millis(args.timeout);
+    let deadline = Instant::now() + args.timeout;
     if producer.mode() == AckMode::PerFlush && !messages.is_empty() {
         let last = (messages.len() - 1).to_string();
         while producer.next_ack(true)?.as_deref() != Some(last.as_bytes()) {
@@ -61,6 +64,17 @@ pub fn run(args: ProduceArgs, targets: &Endpoints) -> Result<()> {
         0 => "sent",
         _ => "durable",
     };
-    eprintln!("{} messages {how} to topic {}", messages.len(), args.topic);
+    let n = messages.len() as u64;
+    if crate::output::json_output() {
+        crate::output::json_line(&serde_json::json!({
+            "topic": args.topic, "messages": n, "mode": args.mode, "result": how,
+        }));
+    } else {
+        eprintln!(
+            "{} {how} to topic {}",
+            crate::output::count(n, "message", "messages"),
+            args.topic
+        );
+    }
     Ok(())
 }

@@ -12,6 +12,8 @@ use clap::Args;
 
 use zper_client::{endpoint, Endpoints, Event, Subscriber, SubscriberOptions};
 
+use crate::duration::parse_duration_or_zero;
+
 /// Options of `zper subscribe`.
 #[derive(Debug, Args)]
 pub struct SubscribeArgs {
@@ -27,23 +29,25 @@ pub struct SubscribeArgs {
     pub id: Option<String>,
     /// Controller endpoints, comma-separated (default: from --config, else
     /// tcp://127.0.0.1:5558).
-    #[arg(long, short = 'c', value_delimiter = ',')]
+    #[arg(long, short = 'C', value_delimiter = ',')]
     pub controller: Vec<String>,
     /// Messages per pushed batch.
     #[arg(long, default_value_t = 100)]
     pub batch: u32,
-    /// How long a partial batch may wait for more, ms.
-    #[arg(long, default_value_t = 0)]
-    pub flush_ms: u32,
+    /// How long a partial batch may wait for more: `50ms`, `1s`, or a number of ms (0: push at
+    /// once). `--flush-ms` is the old spelling.
+    #[arg(long = "flush", alias = "flush-ms", default_value = "0", value_parser = parse_duration_or_zero)]
+    pub flush: Duration,
     /// Messages pushed and not yet acknowledged before the node pauses.
     #[arg(long, default_value_t = 1000)]
     pub window: u32,
     /// Stop after this many messages (0: run until interrupted).
     #[arg(long, short = 'n', default_value_t = 0)]
     pub max_messages: u64,
-    /// Stop after this long without a message, ms (0: never).
-    #[arg(long, default_value_t = 0)]
-    pub idle_ms: u64,
+    /// Stop after this long without a message: `2s`, `500ms`, or a number of ms (0: never).
+    /// `--idle-ms` is the old spelling.
+    #[arg(long = "idle", alias = "idle-ms", default_value = "0", value_parser = parse_duration_or_zero)]
+    pub idle: Duration,
     /// Print each message's fragment and offset before it.
     #[arg(long)]
     pub offsets: bool,
@@ -67,9 +71,10 @@ pub fn run(args: SubscribeArgs, targets: &Endpoints) -> Result<()> {
     if args.batch == 0 || args.window == 0 || args.batch > max || args.window > max {
         bail!("--batch and --window must be between 1 and {max}");
     }
-    if args.flush_ms > zper_wire::relay::MAX_FLUSH_MS {
+    let flush_ms = u32::try_from(args.flush.as_millis()).unwrap_or(u32::MAX);
+    if flush_ms > zper_wire::relay::MAX_FLUSH_MS {
         bail!(
-            "--flush-ms must be at most {} (a minute)",
+            "--flush must be at most {} ms (a minute)",
             zper_wire::relay::MAX_FLUSH_MS
         );
     }
@@ -90,7 +95,7 @@ pub fn run(args: SubscribeArgs, targets: &Endpoints) -> Result<()> {
         .unwrap_or_else(|| format!("zper-{}", std::process::id()));
     let mut opts = SubscriberOptions::new(controllers.clone(), &args.topic, &args.group, &id);
     opts.max_batch = args.batch;
-    opts.flush_ms = args.flush_ms;
+    opts.flush_ms = flush_ms;
     opts.window = args.window;
     let mut sub = Subscriber::subscribe(opts).with_context(|| {
         format!(
@@ -211,7 +216,7 @@ fn print_records(
                 Event::Acked { .. } | Event::Result(_) | Event::RawBatch { .. } => {}
             }
         }
-        if args.idle_ms > 0 && last.elapsed() >= Duration::from_millis(args.idle_ms) {
+        if !args.idle.is_zero() && last.elapsed() >= args.idle {
             break;
         }
     }

@@ -3,7 +3,7 @@
 use anyhow::Result;
 use clap::Subcommand;
 use serde_json::Value;
-use zper_client::admin::{CreateTopicRequest, FragmentPolicy};
+use zper_client::admin::{AlterTopicRequest, CreateTopicRequest, FragmentPolicy};
 use zper_client::Endpoints;
 
 use crate::output::{ids, json, print, text, AdminTarget};
@@ -37,11 +37,32 @@ pub enum TopicsCommand {
         /// Topic name.
         name: String,
     },
+    /// Change a topic after creation: its retention (through Raft; every node's retention
+    /// uses it from its next check).
+    Alter {
+        /// Topic name.
+        name: String,
+        /// New retention in hours (>= 1).
+        #[arg(long)]
+        retain_hours: u32,
+    },
     /// Delete a topic.
     Delete {
         /// Topic name.
         name: String,
     },
+}
+
+/// Bytes this node holds of `fragments` (end - start offset), human-readable (`1.5 MiB`); `-`
+/// when it holds none of them. Exact numbers are in `--json`.
+fn stored<'a>(fragments: impl Iterator<Item = &'a Value>) -> String {
+    let mut total = None;
+    for f in fragments {
+        if let (Some(start), Some(end)) = (f["start_offset"].as_u64(), f["end_offset"].as_u64()) {
+            *total.get_or_insert(0u64) += end.saturating_sub(start);
+        }
+    }
+    total.map_or("-".to_owned(), crate::output::human_bytes)
 }
 
 /// Runs `zper topics ...`.
@@ -50,7 +71,7 @@ pub fn run(cmd: TopicsCommand, target: &AdminTarget, defaults: &Endpoints) -> Re
     match cmd {
         TopicsCommand::List => {
             let v = json(&api.topics()?);
-            print(target.json, &v, |v| {
+            print(crate::output::json_output(), &v, |v| {
                 let rows = v.as_array().into_iter().flatten().map(|t| {
                     vec![
                         t["name"].as_str().unwrap_or("").to_owned(),
@@ -58,6 +79,7 @@ pub fn run(cmd: TopicsCommand, target: &AdminTarget, defaults: &Endpoints) -> Re
                         text(&t["replication_factor"]),
                         format!("{}h", text(&t["retain_hours"])),
                         t["policy"].as_str().unwrap_or("").to_owned(),
+                        stored(t["fragments"].as_array().into_iter().flatten()),
                     ]
                 });
                 render(
@@ -67,6 +89,7 @@ pub fn run(cmd: TopicsCommand, target: &AdminTarget, defaults: &Endpoints) -> Re
                         ("RF", Right),
                         ("RETAIN", Right),
                         ("POLICY", Left),
+                        ("SIZE", Right),
                     ],
                     rows.collect(),
                 )
@@ -89,13 +112,13 @@ pub fn run(cmd: TopicsCommand, target: &AdminTarget, defaults: &Endpoints) -> Re
                 }),
             };
             let v = json(&api.create_topic(&name, &spec)?);
-            print(target.json, &v, |v| {
+            print(crate::output::json_output(), &v, |v| {
                 format!("created {}\n", v["name"].as_str().unwrap_or(""))
             });
         }
         TopicsCommand::Describe { name } => {
             let v = json(&api.topic(&name)?);
-            print(target.json, &v, |v| {
+            print(crate::output::json_output(), &v, |v| {
                 let offset = |o: &Value| o.as_u64().map_or("-".to_owned(), |n| n.to_string());
                 let rows = v["fragments"].as_array().into_iter().flatten().map(|f| {
                     vec![
@@ -106,6 +129,7 @@ pub fn run(cmd: TopicsCommand, target: &AdminTarget, defaults: &Endpoints) -> Re
                         ids(&f["isr"]),
                         offset(&f["start_offset"]),
                         offset(&f["end_offset"]),
+                        stored(std::iter::once(f)),
                     ]
                 });
                 render(
@@ -117,14 +141,21 @@ pub fn run(cmd: TopicsCommand, target: &AdminTarget, defaults: &Endpoints) -> Re
                         ("ISR", Left),
                         ("START", Right),
                         ("END", Right),
+                        ("SIZE", Right),
                     ],
                     rows.collect(),
                 )
             });
         }
+        TopicsCommand::Alter { name, retain_hours } => {
+            let v = json(&api.alter_topic(&name, &AlterTopicRequest { retain_hours })?);
+            print(crate::output::json_output(), &v, |v| {
+                format!("{}: retain_hours = {}\n", name, text(&v["retain_hours"]))
+            });
+        }
         TopicsCommand::Delete { name } => {
             api.delete_topic(&name)?;
-            if !target.json {
+            if !crate::output::json_output() {
                 println!("deleted {name}");
             }
         }

@@ -63,15 +63,6 @@ fn cli_bad_input_gets_a_message_not_a_panic() {
             "-r",
             n.reader.as_str(),
             "--from",
-            "yesterday",
-        ],
-        vec![
-            "consume",
-            "-t",
-            "cli",
-            "-r",
-            n.reader.as_str(),
-            "--from",
             "3",
         ],
         vec![
@@ -95,6 +86,17 @@ fn cli_bad_input_gets_a_message_not_a_panic() {
     }
     let o = zper(&["produce", "-t", "x", "-m", "7"]);
     assert_eq!(o.status.code(), Some(2), "clap rejects the mode");
+    let o = zper(&[
+        "consume",
+        "-t",
+        "cli",
+        "-r",
+        &n.reader,
+        "--from",
+        "yesterday",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "clap rejects the position");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("RFC 3339"));
 }
 
 #[test]

@@ -273,6 +273,50 @@ fn http_kv_reads_and_writes_the_same_map() {
     assert_eq!(e["code"], "key_not_found");
 }
 
+#[test]
+fn http_kv_lists_keys_by_prefix_in_pages() {
+    let n = TestNode::start();
+    let http_addr = n.node().endpoints().http.clone();
+    for key in ["app:a", "app:b", "app:c", "apq", "other", "app:d"] {
+        let (status, body) =
+            http("PUT", &http_addr, &format!("/v1/kv/{key}"), Some(key)).expect("answer");
+        assert_eq!(status, 200, "{body}");
+    }
+    let keys = |v: &serde_json::Value| -> Vec<String> {
+        v["entries"]
+            .as_array()
+            .expect("entries")
+            .iter()
+            .map(|e| e["key"].as_str().expect("key").to_owned())
+            .collect()
+    };
+    let all = get_json(&http_addr, "/v1/kv");
+    assert_eq!(
+        keys(&all),
+        ["app:a", "app:b", "app:c", "app:d", "apq", "other"]
+    );
+    assert_eq!(all["more"], false);
+    assert_eq!(all["entries"][0]["value"], "app:a");
+    // A prefix, in pages of two: `after` is the last key of the page before.
+    let page = get_json(&http_addr, "/v1/kv?prefix=app:&limit=2");
+    assert_eq!(keys(&page), ["app:a", "app:b"]);
+    assert_eq!(page["more"], true);
+    let page = get_json(
+        &http_addr,
+        "/v1/kv?prefix=app:&limit=2&after=app:b&keys_only=true",
+    );
+    assert_eq!(keys(&page), ["app:c", "app:d"]);
+    assert_eq!(page["more"], false);
+    assert!(page["entries"][0].get("value").is_none());
+    assert!(page["sequence"].as_u64().expect("sequence") > 0);
+    let none = get_json(&http_addr, "/v1/kv?prefix=zzz");
+    assert_eq!(keys(&none), Vec::<String>::new());
+    for bad in ["/v1/kv?limit=0", "/v1/kv?limit=10001", "/v1/kv?limit=x"] {
+        let (status, body) = http("GET", &http_addr, bad, None).expect("answer");
+        assert_eq!(status, 400, "{bad}: {body}");
+    }
+}
+
 fn zper(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_zper"))
         .args(args)
@@ -307,7 +351,7 @@ fn the_cli_puts_and_gets_by_endpoint_or_by_peers_json() {
     )
     .expect("write");
     let p = peers.to_str().expect("utf8");
-    let o = zper(&["dolly", "-p", p, "-n", "alpha", "get", "color", "nokey"]);
+    let o = zper(&["dolly", "-p", p, "--name", "alpha", "get", "color", "nokey"]);
     assert_eq!(
         String::from_utf8_lossy(&o.stdout),
         format!("color = blue (state {state})\n")
@@ -315,12 +359,21 @@ fn the_cli_puts_and_gets_by_endpoint_or_by_peers_json() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("could not get nokey: key not found"));
     assert!(!o.status.success(), "a miss fails the command");
     // Bad targets and a node that does not answer fail with a message, within the timeout.
-    let o = zper(&["dolly", "-p", p, "-n", "zulu", "get", "k"]);
+    let o = zper(&["dolly", "-p", p, "--name", "zulu", "get", "k"]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("could not find replica named zulu"));
-    let o = zper(&["dolly", "-t", "xyz", "get", "k"]);
+    let o = zper(&["dolly", "--timeout", "xyz", "get", "k"]);
     assert!(!o.status.success());
     let silent = format!("tcp://127.0.0.1:{}", free_port());
-    let o = zper(&["dolly", "-e", &silent, "-t", "300ms", "put", "k", "v"]);
+    let o = zper(&[
+        "dolly",
+        "-e",
+        &silent,
+        "--timeout",
+        "300ms",
+        "put",
+        "k",
+        "v",
+    ]);
     assert!(!o.status.success());
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("no reply"),

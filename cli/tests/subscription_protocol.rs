@@ -130,7 +130,7 @@ fn zper_subscribe_prints_the_records_and_commits_the_group_offset() {
                 "cli",
                 "--id",
                 "one",
-                "-c",
+                "-C",
                 &controllers,
                 "-n",
                 n,
@@ -166,7 +166,7 @@ fn zper_subscribe_prints_the_records_and_commits_the_group_offset() {
     );
     // A bad topic name is a clear error.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_zper"))
-        .args(["subscribe", "-t", "no-such", "-c", &c.controllers()[0]])
+        .args(["subscribe", "-t", "no-such", "-C", &c.controllers()[0]])
         .output()
         .expect("run zper subscribe");
     assert!(!out.status.success());

@@ -8,8 +8,8 @@ use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use thiserror::Error;
 pub use zper_meta::views::{
-    AddNodeRequest, BrokerView, CreateTopicRequest, FragmentView, RaftView, ReadyView, TopicView,
-    VotersView,
+    AddNodeRequest, AlterTopicRequest, BrokerView, CreateTopicRequest, FragmentView, RaftView,
+    ReadyView, TopicView, VotersView,
 };
 pub use zper_meta::FragmentPolicy;
 
@@ -166,6 +166,22 @@ impl AdminClient {
         let body = serde_json::to_value(spec).unwrap_or_else(|_| json!({}));
         self.call_typed(
             reqwest::Method::POST,
+            &format!("/v1/topics/{name}"),
+            Some(&body),
+        )
+    }
+
+    /// `PATCH /v1/topics/{name}`: changes what can change after creation (the retention).
+    ///
+    /// Errors: as [`AdminClient::call_typed`] (404 for an unknown topic, 400 for 0 hours).
+    pub fn alter_topic(
+        &self,
+        name: &str,
+        change: &AlterTopicRequest,
+    ) -> Result<TopicView, AdminError> {
+        let body = serde_json::to_value(change).unwrap_or_else(|_| json!({}));
+        self.call_typed(
+            reqwest::Method::PATCH,
             &format!("/v1/topics/{name}"),
             Some(&body),
         )

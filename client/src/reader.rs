@@ -117,9 +117,9 @@ impl ReaderClient {
     }
 }
 
-/// Reads from `offset` with FETCHes of `fetch_size` bytes until `messages` messages are read or
-/// the log ends, calling `progress` with the count after each FETCH. Returns (messages,
-/// payload bytes).
+/// Reads from `offset` with FETCHes of `fetch_size` bytes until exactly `messages` messages are
+/// read or the log ends, calling `progress` with the count after each FETCH; `progress`
+/// returning false stops early (an interrupted perf run). Returns (messages, payload bytes).
 ///
 /// Errors: an offset the reader answers 101 for ([`ClientError::Invalid`]); the reader's
 /// errors.
@@ -128,7 +128,7 @@ pub fn fetch_messages(
     mut offset: u64,
     fetch_size: u64,
     messages: u64,
-    mut progress: impl FnMut(u64),
+    mut progress: impl FnMut(u64) -> bool,
 ) -> Result<(u64, u64), ClientError> {
     let (mut count, mut bytes, mut fetch_size) = (0u64, 0u64, fetch_size.max(16));
     while count < messages {
@@ -138,11 +138,16 @@ pub fn fetch_messages(
             )));
         };
         // Frame-granular progress (spec §5.3): a message may span FETCHes.
+        // Exactly `messages` (issue #15): stop at the last frame of the last one wanted, even
+        // mid-chunk.
         let mut it = Records::new(&data);
         for rec in it.by_ref() {
             bytes += rec.payload.len() as u64;
             if !rec.more {
                 count += 1;
+                if count == messages {
+                    break;
+                }
             }
         }
         if it.valid_bytes() == 0 {
@@ -153,7 +158,9 @@ pub fn fetch_messages(
             break; // end of the log
         }
         offset += it.valid_bytes() as u64;
-        progress(count);
+        if !progress(count) {
+            break;
+        }
     }
     Ok((count, bytes))
 }

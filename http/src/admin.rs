@@ -12,8 +12,8 @@ use axum::Extension;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use zper_raft::metadata::views::{
-    AddNodeRequest, BrokerView, CreateTopicRequest, FragmentView, LiveView, RaftView, ReadyView,
-    TopicView, VotersView,
+    AddNodeRequest, AlterTopicRequest, BrokerView, CreateTopicRequest, FragmentView, LiveView,
+    RaftView, ReadyView, TopicView, VotersView,
 };
 use zper_raft::metadata::{Applied, Command, CommandResult, Fragment, FragmentPolicy, TopicRecord};
 use zper_raft::network::PROPOSE_PATH;
@@ -36,7 +36,10 @@ pub(crate) fn routes() -> Router<ClusterNode> {
         .route("/v1/topics", get(topics))
         .route(
             "/v1/topics/{name}",
-            get(topic).post(create_topic).delete(delete_topic),
+            get(topic)
+                .post(create_topic)
+                .patch(alter_topic)
+                .delete(delete_topic),
         )
         .route("/v1/topics/{name}/subscriptions", get(subscriptions))
         .route("/v1/cluster/nodes", post(add_node))
@@ -300,6 +303,30 @@ async fn create_topic(
     };
     match node.propose(command).await?? {
         Applied::Topic(topic) => Ok((StatusCode::CREATED, Json(topic_view(name, topic, &logs)))),
+        other => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("unexpected result {other:?}"),
+        )),
+    }
+}
+
+/// `PATCH /v1/topics/{name}` `{"retain_hours": N}`: changes the retention through Raft;
+/// 200 with the topic, 404 `unknown_topic`, 400 for a bad body or 0 hours.
+async fn alter_topic(
+    State(node): State<ClusterNode>,
+    Extension(logs): Extension<Logs>,
+    Path(name): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<Json<TopicView>, ApiError> {
+    let req: AlterTopicRequest = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", e.to_string()))?;
+    let command = Command::SetRetention {
+        name: name.clone(),
+        retain_hours: req.retain_hours,
+    };
+    match node.propose(command).await?? {
+        Applied::Topic(topic) => Ok(Json(topic_view(name, topic, &logs))),
         other => Err(ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "internal",

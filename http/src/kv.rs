@@ -9,6 +9,14 @@
 //!   applies); 504 `put_outcome_unknown` when not even the cancel could commit (no quorum);
 //!   413 `too_large` for a key over 4 KiB or a value over 1 MiB.
 //!
+//! - `GET /v1/kv?prefix=P&limit=N&after=K&keys_only=true` → 200 `{"entries": [{"key",
+//!   "sequence", "value"}...], "more", "sequence"}`: keys in byte order that start with `P`
+//!   (default: every key) and come after `K` (the last key of the previous page), at most `N`
+//!   (default 1000, at most 10000) so one request cannot build an unbounded reply. `more` says
+//!   whether keys are left (pass the last key as `after`); `sequence` is the state the page was
+//!   read at. Keys or values that are not UTF-8 come as `key_hex` / `value_hex`. A limit of 0
+//!   or over 10000 is 400 `bad_limit`.
+//!
 //! Keys in the path are percent-decoded and must be UTF-8 (Dolly keys may be any bytes: use the
 //! Dolly protocol or `zper dolly` for those).
 
@@ -18,7 +26,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Extension, Json, Router};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use zper_raft::dolly::DollyPutError;
 use zper_raft::ClusterNode;
 
@@ -30,7 +38,9 @@ use crate::error::ApiError;
 pub(crate) struct PutTimeout(pub(crate) Duration);
 
 pub(crate) fn routes() -> Router<ClusterNode> {
-    Router::new().route("/v1/kv/{key}", get(get_key).put(put_key))
+    Router::new()
+        .route("/v1/kv", get(list))
+        .route("/v1/kv/{key}", get(get_key).put(put_key))
 }
 
 /// A stored value.
@@ -49,6 +59,123 @@ struct Value {
 struct Put {
     key: String,
     sequence: u64,
+}
+
+/// Most entries one `GET /v1/kv` page holds.
+pub const MAX_LIST: usize = 10_000;
+
+/// Query of `GET /v1/kv`.
+#[derive(Debug, Deserialize)]
+struct ListQuery {
+    #[serde(default)]
+    prefix: String,
+    #[serde(default)]
+    after: Option<String>,
+    #[serde(default = "default_limit")]
+    limit: usize,
+    #[serde(default)]
+    keys_only: bool,
+    #[serde(default)]
+    consistent: bool,
+}
+
+fn default_limit() -> usize {
+    1000
+}
+
+/// One listed entry.
+#[derive(Debug, Serialize)]
+struct Entry {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key_hex: Option<String>,
+    sequence: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    value: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    value_hex: Option<String>,
+}
+
+/// A page of keys.
+#[derive(Debug, Serialize)]
+struct List {
+    entries: Vec<Entry>,
+    more: bool,
+    sequence: u64,
+}
+
+/// Text, or hex when the bytes are not UTF-8: `(text, hex)`.
+fn text_or_hex(bytes: Vec<u8>) -> (Option<String>, Option<String>) {
+    match String::from_utf8(bytes) {
+        Ok(s) => (Some(s), None),
+        Err(e) => (None, Some(hex(e.as_bytes()))),
+    }
+}
+
+async fn list(
+    State(node): State<ClusterNode>,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<List>, ApiError> {
+    if q.limit == 0 || q.limit > MAX_LIST {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_limit",
+            format!("limit must be 1 to {MAX_LIST}, not {}", q.limit),
+        ));
+    }
+    read_check(
+        &node,
+        &ReadMode {
+            consistent: q.consistent,
+        },
+    )
+    .await?;
+    let page = node.state.with_metadata(|m| {
+        use std::ops::Bound;
+        let prefix = q.prefix.as_bytes();
+        let start = match &q.after {
+            Some(after) if after.as_bytes() >= prefix => Bound::Excluded(after.as_bytes().to_vec()),
+            _ => Bound::Included(prefix.to_vec()),
+        };
+        let mut entries = Vec::new();
+        let mut more = false;
+        for (key, record) in m.dolly.range((start, Bound::Unbounded)) {
+            if !key.starts_with(prefix) {
+                break;
+            }
+            if entries.len() == q.limit {
+                more = true;
+                break;
+            }
+            let (key, key_hex) = text_or_hex(key.clone());
+            let (value, value_hex) = if q.keys_only {
+                (None, None)
+            } else {
+                text_or_hex(record.value.clone())
+            };
+            entries.push(Entry {
+                key,
+                key_hex,
+                sequence: record.sequence,
+                value,
+                value_hex,
+            });
+        }
+        (entries, more, m.dolly_sequence)
+    });
+    let Some((entries, more, sequence)) = page else {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no_state",
+            "this node has no applied state yet".to_owned(),
+        ));
+    };
+    Ok(Json(List {
+        entries,
+        more,
+        sequence,
+    }))
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -360,6 +360,14 @@ pub enum Command {
         /// The replica whose copy is damaged.
         node: NodeId,
     },
+    /// Changes a topic's retention after creation (issue #15; `PATCH /v1/topics/{name}`):
+    /// every node's retention uses it from the next check. Answers [`Applied::Topic`].
+    SetRetention {
+        /// Topic name.
+        name: String,
+        /// Retention, hours (>= 1).
+        retain_hours: u32,
+    },
 }
 
 /// What applying a command did.

@@ -142,6 +142,14 @@ pub struct CreateTopicRequest {
     pub policy: Option<FragmentPolicy>,
 }
 
+/// Body of `PATCH /v1/topics/{name}`: what changes after creation (issue #15).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlterTopicRequest {
+    /// New retention, hours (>= 1).
+    pub retain_hours: u32,
+}
+
 /// Body of `POST /v1/cluster/nodes`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -75,6 +75,13 @@ fn stored_commands() -> Vec<(&'static str, Command)> {
             },
         ),
         (
+            r#"{"SetRetention":{"name":"orders","retain_hours":48}}"#,
+            Command::SetRetention {
+                name: "orders".into(),
+                retain_hours: 48,
+            },
+        ),
+        (
             r#"{"DeleteTopic":{"name":"orders"}}"#,
             Command::DeleteTopic {
                 name: "orders".into(),

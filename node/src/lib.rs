@@ -4,6 +4,7 @@
 //! node's configuration. The `zper` binary (`cli/`) starts it with [`Node::start`]; clients
 //! live in `zper-client`.
 
+pub mod cluster_metrics;
 pub mod config;
 mod context;
 pub mod control;

@@ -160,6 +160,25 @@ impl Member {
                     source: e,
                 })?;
             let registry = prometheus::Registry::new();
+            match crate::cluster_metrics::ClusterCollector::new(
+                c.node_id,
+                node.clone(),
+                store.clone(),
+                counters.clone(),
+            ) {
+                Ok(cm) => {
+                    if let Err(e) = registry.register(Box::new(cm)) {
+                        warn!(error = %e, "cluster metrics not registered");
+                    }
+                }
+                Err(e) => warn!(error = %e, "cluster metrics unavailable"),
+            }
+            // RSS, open fds, CPU seconds (`process_*`).
+            if let Err(e) = registry.register(Box::new(
+                prometheus::process_collector::ProcessCollector::for_self(),
+            )) {
+                warn!(error = %e, "process metrics not registered");
+            }
             match crate::metrics::CountersCollector::new(counters) {
                 Ok(c) => {
                     if let Err(e) = registry.register(Box::new(c)) {

@@ -79,7 +79,41 @@ pub struct Counters {
     pub relay: RelayCounters,
     /// Data integrity events (`zper_integrity_events_total{event}`, issue #13).
     pub integrity: IntegrityCounters,
+    /// Each replica's lag behind this leader (`zper_replica_lag_bytes`, issue #15).
+    pub replica_lag: ReplicaLag,
     topics: RwLock<BTreeMap<String, std::sync::Arc<TopicCounters>>>,
+}
+
+/// How long a replica's lag report counts after its last fetch: past it the fragment's lead
+/// moved or the replica stopped fetching, and the gauge is dropped.
+pub const REPLICA_LAG_TTL: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Each replica's lag behind this node as leader: (fragment log key, replica) -> (the log's
+/// written end minus the replica's reported durable offset, bytes; when reported).
+#[derive(Debug, Default)]
+pub struct ReplicaLag(RwLock<BTreeMap<(String, u64), (u64, std::time::Instant)>>);
+
+impl ReplicaLag {
+    /// Records `replica`'s lag on fragment log `key` at one of its fetches.
+    pub fn record(&self, key: &str, replica: u64, lag: u64) {
+        if let Ok(mut m) = self.0.write() {
+            match m.get_mut(&(key.to_owned(), replica)) {
+                Some(entry) => *entry = (lag, std::time::Instant::now()),
+                None => {
+                    m.insert((key.to_owned(), replica), (lag, std::time::Instant::now()));
+                }
+            }
+        }
+    }
+
+    /// The lags reported within [`REPLICA_LAG_TTL`]; older reports are dropped.
+    pub fn current(&self) -> Vec<((String, u64), u64)> {
+        let Ok(mut m) = self.0.write() else {
+            return Vec::new();
+        };
+        m.retain(|_, (_, at)| at.elapsed() < REPLICA_LAG_TTL);
+        m.iter().map(|(k, (lag, _))| (k.clone(), *lag)).collect()
+    }
 }
 
 /// Data integrity events (issue #13).
@@ -143,6 +177,7 @@ impl Default for Counters {
             dolly: DollyCounters::default(),
             relay: RelayCounters::default(),
             integrity: IntegrityCounters::default(),
+            replica_lag: ReplicaLag::default(),
             topics: RwLock::new(BTreeMap::new()),
         }
     }

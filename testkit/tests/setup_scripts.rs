@@ -82,8 +82,14 @@ fn without_root_the_run_script_names_the_missing_package_and_the_command() {
     let out = machine.run("run", &[]);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("libclang-dev: bindgen loads libclang"), "{err}");
-    assert!(err.contains("sudo apt-get install -y libclang-dev"), "{err}");
+    assert!(
+        err.contains("libclang-dev: bindgen loads libclang"),
+        "{err}"
+    );
+    assert!(
+        err.contains("sudo apt-get install -y libclang-dev"),
+        "{err}"
+    );
     assert_eq!(machine.calls(), "", "nothing installed, nothing built");
 }
 
@@ -97,7 +103,10 @@ fn as_root_the_run_script_installs_libclang_then_runs_the_node() {
     assert_eq!(lines.len(), 3, "{calls}");
     assert_eq!(lines[0], "apt-get update -qq");
     assert_eq!(lines[1], "apt-get install -y -qq libclang-dev");
-    assert_eq!(lines[2], "cargo run --release -p zper -- --config x.properties");
+    assert_eq!(
+        lines[2],
+        "cargo run --release -p zper -- --config x.properties"
+    );
 }
 
 #[test]
@@ -106,7 +115,10 @@ fn with_libclang_present_the_scripts_go_straight_to_cargo() {
     let out = machine.run("test", &[]);
     assert!(out.status.success(), "{}", stderr(&out));
     // jeromq.jar may be missing here: an optional package, so a note, not a failure.
-    assert_eq!(machine.calls().lines().last(), Some("cargo test --workspace"));
+    assert_eq!(
+        machine.calls().lines().last(),
+        Some("cargo test --workspace")
+    );
 }
 
 #[test]
@@ -123,5 +135,8 @@ fn the_readme_documents_the_two_scripts() {
         .collect();
     assert_eq!(commands, ["scripts/run", "scripts/test"], "{block}");
     let ci = std::fs::read_to_string(root().join(".ci/run")).expect(".ci/run");
-    assert!(ci.contains("exec scripts/test"), "CI runs the README's test command");
+    assert!(
+        ci.contains("exec scripts/test"),
+        "CI runs the README's test command"
+    );
 }

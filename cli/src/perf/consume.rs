@@ -6,7 +6,7 @@ use anyhow::{bail, Result};
 use clap::Args;
 use zper_client::{endpoint, fetch_messages, Endpoints, ReaderClient, Timestamp};
 
-use super::report::{progress, summary};
+use super::report::{interrupted, progress, summary};
 
 /// Options of `zper perf consume` (names as ConsumerPerformance, §10.3).
 #[derive(Debug, Args)]
@@ -23,6 +23,10 @@ pub struct ConsumeArgs {
     /// FETCH size, bytes.
     #[arg(long = "fetch-size", short = 's', default_value_t = 1 << 20)]
     pub fetch_size: u64,
+    /// Give up on a reply after this long (`10s`, `500ms`, or a number of ms); an unreachable
+    /// reader fails then, naming its endpoint.
+    #[arg(long, default_value = "10s", value_parser = crate::duration::parse_duration)]
+    pub timeout: Duration,
 }
 
 /// Runs `zper perf consume`: FETCHes from the earliest offset until `--messages` are read.
@@ -31,12 +35,13 @@ pub struct ConsumeArgs {
 pub fn run(a: ConsumeArgs, targets: &Endpoints) -> Result<()> {
     let ctx = zmq::Context::new();
     let reader = endpoint(a.reader.as_deref().unwrap_or(&targets.reader));
-    let client = ReaderClient::connect(&ctx, &reader, &a.topic, Duration::from_secs(10))?;
+    let client = ReaderClient::connect(&ctx, &reader, &a.topic, a.timeout)?;
     let pb = progress(a.messages);
     let start = Instant::now();
     let offset = client.offset(Timestamp::Earliest)?;
     let (count, bytes) = fetch_messages(&client, offset, a.fetch_size, a.messages, |n| {
-        pb.set_position(n)
+        pb.set_position(n);
+        !interrupted()
     })?;
     let secs = start.elapsed().as_secs_f64();
     pb.finish_and_clear();
@@ -53,7 +58,7 @@ pub fn run(a: ConsumeArgs, targets: &Endpoints) -> Result<()> {
             ),
         ],
     );
-    if count < a.messages {
+    if count < a.messages && !interrupted() {
         bail!("the log ended after {count} of {} messages", a.messages);
     }
     Ok(())

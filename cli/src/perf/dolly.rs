@@ -26,7 +26,7 @@ pub struct DollyPerfArgs {
     #[arg(long, short = 'c', default_value_t = 16)]
     pub dealers: u64,
     /// Requests in flight per DEALER.
-    #[arg(long, short = 'w', default_value_t = 8)]
+    #[arg(long, default_value_t = 8)]
     pub window: u64,
     /// Distinct keys (`key<i>`); gets read keys put by an earlier dolly-put run.
     #[arg(long, default_value_t = 1000)]
@@ -35,7 +35,7 @@ pub struct DollyPerfArgs {
     #[arg(long = "value-size", short = 's', default_value_t = 100)]
     pub value_size: usize,
     /// Give up on a reply after this long: `10s`, `500ms`.
-    #[arg(long, short = 't', default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub timeout: Duration,
 }
 

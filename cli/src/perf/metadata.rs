@@ -28,9 +28,10 @@ pub struct MetadataArgs {
     /// Writer threads, each with its own connection pool.
     #[arg(long, short = 'c', default_value_t = 1)]
     pub concurrency: u64,
-    /// Retry each write until it commits, for at most this many ms (0: count failures).
-    #[arg(long, default_value_t = 0)]
-    pub retry_ms: u64,
+    /// Retry each write until it commits, for at most this long: `5s`, `500ms`, or a number of
+    /// ms (0: count failures). `--retry-ms` is the old spelling.
+    #[arg(long = "retry", alias = "retry-ms", default_value = "0", value_parser = crate::duration::parse_duration_or_zero)]
+    pub retry: std::time::Duration,
     /// Topic name prefix (ASCII letters and digits).
     #[arg(long, default_value = "perfmeta")]
     pub prefix: String,
@@ -73,7 +74,7 @@ pub fn run(a: MetadataArgs, targets: &Endpoints) -> Result<()> {
     let handles: Vec<_> = (0..a.concurrency)
         .map(|t| {
             let (admins, token, prefix) = (admins.clone(), token.clone(), a.prefix.clone());
-            let retry = Duration::from_millis(a.retry_ms);
+            let retry = a.retry;
             std::thread::spawn(move || writer(t, per_thread, &admins, token, &prefix, retry))
         })
         .collect();

@@ -43,9 +43,11 @@ pub enum PerfCommand {
     Subscribe(subscribe::SubscribePerfArgs),
 }
 
-/// Runs a perf subcommand.
+/// Runs a perf subcommand. Ctrl-C stops it with a partial report (`interrupted=true`), then
+/// the process exits 130.
 pub fn run(cmd: PerfCommand, targets: &Endpoints) -> Result<()> {
-    match cmd {
+    report::catch_interrupt()?;
+    let result = match cmd {
         PerfCommand::Produce(a) => produce::run(a, targets),
         PerfCommand::Consume(a) => consume::run(a, targets),
         PerfCommand::Raw(a) => baseline::raw(a),
@@ -54,5 +56,14 @@ pub fn run(cmd: PerfCommand, targets: &Endpoints) -> Result<()> {
         PerfCommand::DollyPut(a) => dolly::perf(a, zper_wire::dolly::Method::Put, targets),
         PerfCommand::DollyGet(a) => dolly::perf(a, zper_wire::dolly::Method::Get, targets),
         PerfCommand::Subscribe(a) => subscribe::run(a, targets),
+    };
+    if report::interrupted() {
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        if let Err(e) = &result {
+            let _ = writeln!(std::io::stderr(), "zper: interrupted: {e:#}");
+        }
+        std::process::exit(130);
     }
+    result
 }

@@ -2,13 +2,13 @@
 //! `x` payload through [`zper_client::Producer`]s; with an ack mode only acknowledged-durable
 //! messages count.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use zper_client::{endpoint, AckMode, Endpoints, Producer, ProducerOptions};
 
-use super::report::{header, progress, seq_of, summary, Latencies};
+use super::report::{header, interrupted, progress, seq_of, summary, Latencies};
 
 /// Options of `zper perf produce` (names as ProducerPerformance, §10.2).
 #[derive(Debug, Args)]
@@ -35,9 +35,9 @@ pub struct ProduceArgs {
     /// Mode 1: most messages in flight (sent, not yet acknowledged) per thread.
     #[arg(long, default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub window: u64,
-    /// Give up waiting for an ack after this many ms.
-    #[arg(long, default_value_t = 30_000)]
-    pub timeout: i32,
+    /// Give up waiting for an ack after this long: `30s`, `500ms`, or a number of ms.
+    #[arg(long, default_value = "30s", value_parser = crate::duration::parse_duration)]
+    pub timeout: std::time::Duration,
 }
 
 /// Runs `zper perf produce`: `--threads` producers (one connection each, one shared zmq
@@ -50,56 +50,76 @@ pub fn run(a: ProduceArgs, targets: &Endpoints) -> Result<()> {
     }
     let writer = a.writer.clone().unwrap_or_else(|| targets.writer.clone());
     let endpoints: Vec<String> = writer.split(',').map(endpoint).collect();
-    let per_thread = a.messages / a.threads;
-    let total = per_thread * a.threads;
-    let pb = progress(total);
+    // Exactly -n in all (issue #15): the first `messages % threads` threads send one more.
+    let (base, extra) = (a.messages / a.threads, a.messages % a.threads);
+    let pb = progress(a.messages);
     let start = Instant::now();
     let mut handles = Vec::new();
     // One context (two I/O threads) for every sender: 64 REQ clients with a context each would
     // measure the client's own thread scheduling on a small machine, not the broker.
     let shared = zmq::Context::new();
     shared.set_io_threads(2)?;
-    let mut opts = ProducerOptions::new(&a.topic, AckMode::from_byte(a.mode))
-        .timeout(Duration::from_millis(a.timeout.max(0) as u64));
+    let mut opts = ProducerOptions::new(&a.topic, AckMode::from_byte(a.mode)).timeout(a.timeout);
     opts.unbounded = true;
-    for _ in 0..a.threads {
+    for i in 0..a.threads {
         let (eps, opts, pb, ctx) = (endpoints.clone(), opts.clone(), pb.clone(), shared.clone());
+        let per_thread = base + u64::from(i < extra);
         let (size, window) = (a.size, a.window);
-        handles.push(std::thread::spawn(move || -> Result<Latencies> {
+        handles.push(std::thread::spawn(move || -> Result<(u64, Latencies)> {
             let producer = Producer::connect(&ctx, &eps, &opts)?;
             let payload = vec![b'x'; size];
+            // An error after Ctrl-C (EINTR) ends the run with what was counted.
+            let stop = |e: zper_client::ClientError| -> Result<()> {
+                if interrupted() {
+                    Ok(())
+                } else {
+                    Err(e.into())
+                }
+            };
+            let mut done = 0u64;
             let lat = match producer.mode() {
                 AckMode::None => {
-                    for seq in 0..per_thread {
-                        producer.send(&[&header(seq)[..], &payload[..]])?;
-                        if seq % 1024 == 1023 {
+                    while done < per_thread && !(done % 1024 == 0 && interrupted()) {
+                        if let Err(e) = producer.send(&[&header(done)[..], &payload[..]]) {
+                            stop(e)?;
+                            break;
+                        }
+                        done += 1;
+                        if done % 1024 == 0 {
                             pb.inc(1024);
                         }
                     }
                     Latencies::new()
                 }
                 AckMode::PerFlush => {
-                    pipelined(&producer, per_thread, window, &payload, &pb)?;
+                    done = pipelined(&producer, per_thread, window, &payload, &pb)?;
                     Latencies::new()
                 }
                 AckMode::PerMessage => {
                     let mut lat = Latencies::new();
-                    for seq in 0..per_thread {
+                    while done < per_thread && !interrupted() {
                         let t0 = Instant::now();
-                        producer.send(&[&header(seq)[..], &payload[..]])?;
+                        if let Err(e) = producer.send(&[&header(done)[..], &payload[..]]) {
+                            stop(e)?;
+                            break;
+                        }
                         lat.record(t0.elapsed());
+                        done += 1;
                         pb.inc(1);
                     }
                     lat
                 }
             };
             drop(producer); // linger: waits until everything queued reached TCP
-            Ok(lat)
+            Ok((done, lat))
         }));
     }
     let mut lat = Latencies::new();
+    let mut total = 0u64;
     for h in handles {
-        lat.merge(&h.join().map_err(|_| anyhow!("sender thread panicked"))??);
+        let (done, thread_lat) = h.join().map_err(|_| anyhow!("sender thread panicked"))??;
+        total += done;
+        lat.merge(&thread_lat);
     }
     let secs = start.elapsed().as_secs_f64();
     pb.finish_and_clear();
@@ -131,16 +151,19 @@ pub fn run(a: ProduceArgs, targets: &Endpoints) -> Result<()> {
 }
 
 /// Mode 1: keeps at most `window` messages sent and not yet acknowledged, until all `count`
-/// are acknowledged.
+/// are acknowledged (or Ctrl-C). Returns how many were acknowledged.
 fn pipelined(
     producer: &Producer,
     count: u64,
     window: u64,
     payload: &[u8],
     pb: &indicatif::ProgressBar,
-) -> Result<()> {
+) -> Result<u64> {
     let (mut sent, mut acked) = (0u64, 0u64);
     while acked < count {
+        if interrupted() {
+            return Ok(acked);
+        }
         while sent < count && sent - acked < window {
             producer.send(&[&header(sent)[..], payload])?;
             sent += 1;
@@ -149,10 +172,11 @@ fn pipelined(
             }
         }
         let wait = !(sent < count && sent - acked < window);
-        let Some(id) = producer
-            .next_ack(wait)
-            .with_context(|| format!("{acked} of {count} acknowledged"))?
-        else {
+        let ack = match producer.next_ack(wait) {
+            Err(_) if interrupted() => return Ok(acked),
+            ack => ack.with_context(|| format!("{acked} of {count} acknowledged"))?,
+        };
+        let Some(id) = ack else {
             continue;
         };
         let seq = seq_of(&id).ok_or_else(|| anyhow!("bad ack {id:?}"))?;
@@ -161,5 +185,5 @@ fn pipelined(
             acked = seq + 1;
         }
     }
-    Ok(())
+    Ok(acked)
 }

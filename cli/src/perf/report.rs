@@ -1,6 +1,8 @@
 //! What every perf tool shares: the message header, the progress bar, percentiles and the one
 //! summary line.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
@@ -16,6 +18,26 @@ pub(crate) fn header(seq: u64) -> [u8; 5] {
 pub(crate) fn seq_of(id: &[u8]) -> Option<u64> {
     let b: [u8; 4] = id.get(1..5)?.try_into().ok()?;
     Some(u64::from(u32::from_be_bytes(b)))
+}
+
+/// Set by SIGINT (Ctrl-C) during a perf run: the tools stop, print what they measured so far
+/// with `interrupted=true`, and the process exits 130. A second Ctrl-C exits at once.
+static INTERRUPTED: LazyLock<Arc<AtomicBool>> = LazyLock::new(|| Arc::new(AtomicBool::new(false)));
+
+/// Turns Ctrl-C into a partial report instead of killing the process.
+///
+/// Errors: the signal handler could not be installed.
+pub(crate) fn catch_interrupt() -> std::io::Result<()> {
+    use signal_hook::consts::SIGINT;
+    // Registered first, so it sees the flag as the previous Ctrl-C left it.
+    signal_hook::flag::register_conditional_shutdown(SIGINT, 130, INTERRUPTED.clone())?;
+    signal_hook::flag::register(SIGINT, INTERRUPTED.clone())?;
+    Ok(())
+}
+
+/// True once Ctrl-C was pressed.
+pub(crate) fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::Relaxed)
 }
 
 /// A progress bar to `total`.
@@ -65,10 +87,35 @@ impl Latencies {
     }
 }
 
-/// Prints `perf <tool> key=value ...`.
+/// Prints `perf <tool> key=value ...`, or with `--json` one object `{"tool": tool, key: value,
+/// ...}` whose numeric values are JSON numbers.
 pub(crate) fn summary(tool: &str, fields: &[(&str, String)]) {
+    let mut fields = fields.to_vec();
+    if interrupted() {
+        fields.push(("interrupted", "true".to_owned()));
+    }
+    let fields = &fields[..];
+    if crate::output::json_output() {
+        crate::output::json_line(&summary_json(tool, fields));
+        return;
+    }
     let body: Vec<String> = fields.iter().map(|(k, v)| format!("{k}={v}")).collect();
     println!("perf {tool} {}", body.join(" "));
+}
+
+/// The summary as a JSON object (numbers as numbers, anything else as text).
+fn summary_json(tool: &str, fields: &[(&str, String)]) -> serde_json::Value {
+    let mut object = serde_json::Map::new();
+    object.insert("tool".into(), tool.into());
+    for (k, v) in fields {
+        let value = match (v.parse::<u64>(), v.parse::<f64>()) {
+            (Ok(n), _) => n.into(),
+            (_, Ok(x)) if x.is_finite() => x.into(),
+            _ => v.as_str().into(),
+        };
+        object.insert((*k).to_owned(), value);
+    }
+    object.into()
 }
 
 #[cfg(test)]
@@ -88,5 +135,21 @@ mod tests {
         assert_eq!(a.len(), 101);
         assert!((a.ms(0.5) - 51.0).abs() < 0.1, "{}", a.ms(0.5));
         assert!((a.ms(1.0) - 1000.0).abs() < 1.0, "{}", a.ms(1.0));
+    }
+
+    #[test]
+    fn json_summaries_keep_numbers_as_numbers() {
+        let v = summary_json(
+            "consume",
+            &[
+                ("messages", "20000".into()),
+                ("seconds", "1.250".into()),
+                ("mode", "a".into()),
+            ],
+        );
+        assert_eq!(
+            v,
+            serde_json::json!({"tool": "consume", "messages": 20000, "seconds": 1.25, "mode": "a"})
+        );
     }
 }

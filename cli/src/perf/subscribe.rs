@@ -16,7 +16,7 @@ use zper_client::{
     Timestamp,
 };
 
-use super::report::summary;
+use super::report::{interrupted, summary};
 
 /// Options of `zper perf subscribe`.
 #[derive(Debug, Args)]
@@ -26,7 +26,7 @@ pub struct SubscribePerfArgs {
     pub topic: String,
     /// Controller endpoints for push mode, comma-separated (default: from --config, else
     /// 127.0.0.1:5558).
-    #[arg(long, short = 'c', value_delimiter = ',')]
+    #[arg(long, short = 'C', value_delimiter = ',')]
     pub controller: Vec<String>,
     /// Reader endpoint for --fetch (default: from --config, else 127.0.0.1:5556).
     #[arg(long, short = 'r')]
@@ -74,7 +74,7 @@ fn push_reader(
     let t0 = Instant::now();
     let (mut count, mut bytes) = (0u64, 0u64);
     let deadline = t0 + Duration::from_secs(600);
-    while count < a.messages {
+    while count < a.messages && !interrupted() {
         if Instant::now() > deadline {
             bail!("reader {i}: {count} of {} messages in 600 s", a.messages);
         }
@@ -86,7 +86,11 @@ fn push_reader(
                 ..
             } = ev
             {
+                // Exactly N (issue #15): the rest of the last batch is acknowledged, not counted.
                 for rec in Records::new(&records) {
+                    if count == a.messages {
+                        break;
+                    }
                     bytes += rec.payload.len() as u64;
                     if !rec.more {
                         count += 1;
@@ -107,8 +111,10 @@ fn fetch_reader(a: &SubscribePerfArgs, reader: &str, start: &Barrier) -> Result<
     let offset = client.offset(Timestamp::Earliest)?;
     start.wait();
     let t0 = Instant::now();
-    let (count, bytes) = fetch_messages(&client, offset, a.fetch_size, a.messages, |_| {})?;
-    if count < a.messages {
+    let (count, bytes) = fetch_messages(&client, offset, a.fetch_size, a.messages, |_| {
+        !interrupted()
+    })?;
+    if count < a.messages && !interrupted() {
         bail!("the log ended after {count} of {} messages", a.messages);
     }
     Ok((count, bytes, t0.elapsed()))
@@ -163,6 +169,7 @@ pub fn run(a: SubscribePerfArgs, targets: &Endpoints) -> Result<()> {
         },
         &[
             ("readers", a.readers.to_string()),
+            ("messages_per_reader", a.messages.to_string()),
             ("messages", count.to_string()),
             ("seconds", format!("{secs:.3}")),
             ("msg_per_s", format!("{:.0}", count as f64 / secs)),

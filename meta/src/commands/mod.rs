@@ -60,6 +60,9 @@ impl Metadata {
                 *now_ms,
             ),
             Command::DeleteTopic { name } => self.apply_delete_topic(name),
+            Command::SetRetention { name, retain_hours } => {
+                self.apply_set_retention(name, *retain_hours)
+            }
             Command::Subscribe {
                 topic,
                 group,

@@ -40,6 +40,10 @@ fn command() -> impl Strategy<Value = Command> {
         (0u8..4).prop_map(|n| Command::DeleteTopic {
             name: format!("t{n}")
         }),
+        (0u8..4, 0u32..3).prop_map(|(n, h)| Command::SetRetention {
+            name: format!("t{n}"),
+            retain_hours: h,
+        }),
         (0u64..8, 0u8..4, t.clone()).prop_map(|(serial, k, s)| Command::DollyPut {
             key: vec![k],
             value: serial.to_le_bytes().to_vec(),

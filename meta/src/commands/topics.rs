@@ -71,6 +71,23 @@ impl Metadata {
         Ok(Applied::Topic(topic))
     }
 
+    /// Sets a topic's retention.
+    ///
+    /// Errors: `UnknownTopic`; `InvalidArgument` for 0 hours.
+    pub(super) fn apply_set_retention(&mut self, name: &str, retain_hours: u32) -> CommandResult {
+        if retain_hours == 0 {
+            return Err(MetadataError::InvalidArgument(
+                "retain_hours must be at least 1".into(),
+            ));
+        }
+        let topic = self
+            .topics
+            .get_mut(name)
+            .ok_or_else(|| MetadataError::UnknownTopic(name.to_owned()))?;
+        topic.retain_hours = retain_hours;
+        Ok(Applied::Topic(topic.clone()))
+    }
+
     /// Deletes a topic and its subscription groups.
     pub(super) fn apply_delete_topic(&mut self, name: &str) -> CommandResult {
         match self.topics.remove(name) {
@@ -135,5 +152,35 @@ mod tests {
             m.apply(&create("x", 1, 1)),
             Err(MetadataError::TopicExists("x".into()))
         );
+    }
+
+    #[test]
+    fn retention_changes_after_creation_and_nothing_else_does() {
+        let mut m = Metadata::default();
+        m.apply(&register(1, 0)).expect("register");
+        m.apply(&create("x", 2, 1)).expect("create");
+        let before = m.topics["x"].clone();
+        let set = |hours| Command::SetRetention {
+            name: "x".into(),
+            retain_hours: hours,
+        };
+        let Ok(crate::Applied::Topic(t)) = m.apply(&set(24)) else {
+            panic!("SetRetention answers the topic");
+        };
+        assert_eq!(t.retain_hours, 24);
+        assert_eq!(m.topics["x"].retain_hours, 24);
+        assert_eq!(m.topics["x"].fragments, before.fragments);
+        assert!(matches!(
+            m.apply(&set(0)),
+            Err(MetadataError::InvalidArgument(_))
+        ));
+        assert_eq!(
+            m.apply(&Command::SetRetention {
+                name: "nope".into(),
+                retain_hours: 1
+            }),
+            Err(MetadataError::UnknownTopic("nope".into()))
+        );
+        assert_eq!(m.topics["x"].retain_hours, 24);
     }
 }

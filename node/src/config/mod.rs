@@ -3,8 +3,10 @@
 //! meant false); a bad value is an error naming the key; an unknown key is a warning.
 
 pub mod keys;
+mod show;
 #[cfg(test)]
 mod tests;
+mod values;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -13,6 +15,10 @@ use std::time::Duration;
 use thiserror::Error;
 use zper_store::{FlushPolicy, StoreConfig};
 use zper_wire::endpoint;
+
+pub use show::{effective, Effective, Source};
+use values::{bad, boolean, capped, millis, num, valid_endpoint, whole_hours};
+pub use values::{MAX_IO_THREADS, MAX_WORKERS};
 
 /// The embedded default configuration (`zper` with no arguments).
 pub const DEFAULT_PROPERTIES: &str = include_str!("../../config/default.properties");
@@ -55,6 +61,41 @@ pub fn clean_value(raw: &str) -> &str {
         }
     }
     v
+}
+
+/// The file layer of a config: `path`'s keys (or the embedded default's when `None`), and the
+/// name it is known by in messages.
+///
+/// Errors: [`ConfigError::File`] when the file cannot be read or is not a properties file.
+fn file_layer(path: Option<&Path>) -> Result<(HashMap<String, String>, PathBuf), ConfigError> {
+    let (text, name) = match path {
+        Some(p) => (
+            std::fs::read_to_string(p).map_err(|e| ConfigError::File {
+                path: p.to_owned(),
+                message: e.to_string(),
+            })?,
+            p.to_owned(),
+        ),
+        None => (
+            DEFAULT_PROPERTIES.to_owned(),
+            PathBuf::from("<embedded default>"),
+        ),
+    };
+    Ok((read_properties(&text, &name)?, name))
+}
+
+/// Puts the command line's (key, value) pairs over the file's; any `controller.quorum.*`
+/// override replaces every such key of the file (the voter list is given whole).
+fn apply_overrides(map: &mut HashMap<String, String>, overrides: &[(String, String)]) {
+    if overrides
+        .iter()
+        .any(|(k, _)| k.starts_with("controller.quorum."))
+    {
+        map.retain(|k, _| !k.starts_with("controller.quorum."));
+    }
+    for (k, v) in overrides {
+        map.insert(k.clone(), v.clone());
+    }
 }
 
 /// Configuration errors; each names the key or file.
@@ -268,29 +309,8 @@ impl NodeConfig {
     ///
     /// Errors: as [`NodeConfig::from_file`] and [`NodeConfig::from_map`].
     pub fn load(path: Option<&Path>, overrides: &[(String, String)]) -> Result<Self, ConfigError> {
-        let (text, name) = match path {
-            Some(p) => (
-                std::fs::read_to_string(p).map_err(|e| ConfigError::File {
-                    path: p.to_owned(),
-                    message: e.to_string(),
-                })?,
-                p.to_owned(),
-            ),
-            None => (
-                DEFAULT_PROPERTIES.to_owned(),
-                PathBuf::from("<embedded default>"),
-            ),
-        };
-        let mut map = read_properties(&text, &name)?;
-        if overrides
-            .iter()
-            .any(|(k, _)| k.starts_with("controller.quorum."))
-        {
-            map.retain(|k, _| !k.starts_with("controller.quorum."));
-        }
-        for (k, v) in overrides {
-            map.insert(k.clone(), v.clone());
-        }
+        let (mut map, _) = file_layer(path)?;
+        apply_overrides(&mut map, overrides);
         Self::from_map(&map)
     }
 
@@ -311,7 +331,7 @@ impl NodeConfig {
         }
         c.store.segment_size = num(map, "segment_size", c.store.segment_size, 1)?;
         let flush_messages = num(map, "flush_messages", c.store.flush.flush_messages, 1)?;
-        let flush_ms = num(
+        let flush_ms = millis(
             map,
             "flush_interval",
             c.store.flush.flush_interval.as_millis() as u64,
@@ -321,7 +341,7 @@ impl NodeConfig {
             flush_messages,
             flush_interval: Duration::from_millis(flush_ms),
         };
-        let hours: u64 = num(map, "retain_hours", 168, 1)?;
+        let hours: u64 = whole_hours(map, "retain_hours", 168)?;
         c.store.retain = Duration::from_secs(hours.saturating_mul(3600));
         c.store.allow_empty_message = boolean(map, "allow_empty_message", true)?;
         // `decoder` only picks how the original buffers input; zper stores what decoder mode
@@ -391,7 +411,7 @@ impl NodeConfig {
             }
             c.replica_advertise = Some(v);
         }
-        c.replica_lag = Duration::from_millis(num(map, "replica.lag_ms", 5000, 10)?);
+        c.replica_lag = Duration::from_millis(millis(map, "replica.lag_ms", 5000, 10)?);
         c.acks_leader = match map.get("acks").map(|v| v.trim()) {
             None | Some("all") => false,
             Some("leader") => true,
@@ -401,9 +421,9 @@ impl NodeConfig {
         if map.contains_key("min_insync") {
             c.min_insync = Some(num(map, "min_insync", 1, 1)?);
         }
-        c.dolly_put_timeout = Duration::from_millis(num(map, "dolly.put_timeout_ms", 2000, 10)?);
+        c.dolly_put_timeout = Duration::from_millis(millis(map, "dolly.put_timeout_ms", 2000, 10)?);
         c.subscription_lease =
-            Duration::from_millis(num(map, "subscription.lease_ms", 10_000, 100)?);
+            Duration::from_millis(millis(map, "subscription.lease_ms", 10_000, 100)?);
         let mut unknown: Vec<String> = map.keys().filter(|k| !keys::is_known(k)).cloned().collect();
         unknown.sort();
         c.unknown_keys = unknown;
@@ -463,9 +483,9 @@ fn cluster_settings(map: &HashMap<String, String>) -> Result<ClusterSettings, Co
             ));
         }
     }
-    c.lease_ms = num(map, "node.lease_ms", c.lease_ms, 100)?;
-    c.heartbeat_ms = num(map, "raft.heartbeat_ms", c.heartbeat_ms, 10)?;
-    c.election_timeout_ms = num(map, "raft.election_timeout_ms", c.election_timeout_ms, 50)?;
+    c.lease_ms = millis(map, "node.lease_ms", c.lease_ms, 100)?;
+    c.heartbeat_ms = millis(map, "raft.heartbeat_ms", c.heartbeat_ms, 10)?;
+    c.election_timeout_ms = millis(map, "raft.election_timeout_ms", c.election_timeout_ms, 50)?;
     if c.election_timeout_ms <= c.heartbeat_ms {
         return Err(bad(
             "raft.election_timeout_ms",
@@ -474,91 +494,4 @@ fn cluster_settings(map: &HashMap<String, String>) -> Result<ClusterSettings, Co
         ));
     }
     Ok(c)
-}
-
-fn bad(key: &str, value: &str, expected: impl Into<std::borrow::Cow<'static, str>>) -> ConfigError {
-    ConfigError::Value {
-        key: key.to_owned(),
-        value: value.to_owned(),
-        expected: expected.into(),
-    }
-}
-
-/// Most ZeroMQ I/O threads accepted (`io_threads`).
-pub const MAX_IO_THREADS: u64 = 64;
-/// Most worker threads accepted per endpoint (`writer.workers`, `reader.workers`).
-pub const MAX_WORKERS: u64 = 256;
-
-fn capped(
-    map: &HashMap<String, String>,
-    key: &str,
-    default: u64,
-    max: u64,
-) -> Result<u64, ConfigError> {
-    let n = num(map, key, default, 1)?;
-    if n > max {
-        return Err(ConfigError::Value {
-            key: key.to_owned(),
-            value: n.to_string(),
-            expected: if max == MAX_IO_THREADS {
-                "a whole number from 1 to 64"
-            } else {
-                "a whole number from 1 to 256"
-            }
-            .into(),
-        });
-    }
-    Ok(n)
-}
-
-/// `tcp://host:port` with a port of 0-65535 or `*`, or any `ipc://` / `inproc://` endpoint.
-fn valid_endpoint(v: &str) -> bool {
-    if let Some(rest) = v.strip_prefix("tcp://") {
-        return match rest.rsplit_once(':') {
-            Some((host, port)) => !host.is_empty() && (port == "*" || port.parse::<u16>().is_ok()),
-            None => false,
-        };
-    }
-    (v.starts_with("ipc://") || v.starts_with("inproc://")) && v.len() > "inproc://".len()
-}
-
-fn num(
-    map: &HashMap<String, String>,
-    key: &str,
-    default: u64,
-    min: u64,
-) -> Result<u64, ConfigError> {
-    let Some(raw) = map.get(key) else {
-        return Ok(default);
-    };
-    let v = raw.trim();
-    // i32-sized options (socket options, thread counts) are capped at i32::MAX.
-    let max = if key == "segment_size" || key == "memory_budget" {
-        u64::MAX
-    } else {
-        i32::MAX as u64
-    };
-    match v.parse::<u64>() {
-        Ok(n) if (min..=max).contains(&n) => Ok(n),
-        _ => Err(bad(
-            key,
-            v,
-            match (min, max == u64::MAX) {
-                (1, true) => std::borrow::Cow::Borrowed("a whole number of bytes, at least 1"),
-                (min, true) => format!("a whole number of bytes, at least {min}").into(),
-                (0, false) => "a whole number from 0 to 2147483647".into(),
-                (1, false) => "a whole number from 1 to 2147483647".into(),
-                (min, false) => format!("a whole number from {min} to 2147483647").into(),
-            },
-        )),
-    }
-}
-
-fn boolean(map: &HashMap<String, String>, key: &str, default: bool) -> Result<bool, ConfigError> {
-    match map.get(key).map(|v| v.trim().to_ascii_lowercase()) {
-        None => Ok(default),
-        Some(v) if v == "true" => Ok(true),
-        Some(v) if v == "false" => Ok(false),
-        Some(v) => Err(bad(key, &v, "true or false")),
-    }
 }

@@ -249,3 +249,34 @@ fn every_endpoint_of_the_endpoint_table_has_its_key_and_default_here() {
         assert_eq!(key.default, e.default_bind(), "{}", e.key);
     }
 }
+
+#[test]
+fn durations_take_units_and_bare_numbers_keep_their_old_unit() {
+    let c = parse(
+        "flush_interval = 1500\nreplica.lag_ms = 2s\nsubscription.lease_ms = 1m 30s\n\
+         node.lease_ms = 3s\nraft.heartbeat_ms = 250ms\nraft.election_timeout_ms = 2s\n\
+         dolly.put_timeout_ms = 5s\nretain_hours = 7days\n",
+    )
+    .expect("parses");
+    assert_eq!(c.store.flush.flush_interval, Duration::from_millis(1500));
+    assert_eq!(c.replica_lag, Duration::from_secs(2));
+    assert_eq!(c.subscription_lease, Duration::from_secs(90));
+    assert_eq!(c.cluster.lease_ms, 3000);
+    assert_eq!(c.cluster.heartbeat_ms, 250);
+    assert_eq!(c.cluster.election_timeout_ms, 2000);
+    assert_eq!(c.dolly_put_timeout, Duration::from_secs(5));
+    assert_eq!(c.store.retain, Duration::from_secs(7 * 24 * 3600));
+    assert_eq!(
+        parse("retain_hours = 24").expect("hours").store.retain,
+        Duration::from_secs(86_400)
+    );
+    for (text, key) in [
+        ("replica.lag_ms = 5ms", "replica.lag_ms"),
+        ("flush_interval = soon", "flush_interval"),
+        ("retain_hours = 90m", "retain_hours"),
+        ("node.lease_ms = -1s", "node.lease_ms"),
+    ] {
+        let e = parse(text).expect_err(text);
+        assert!(e.to_string().contains(&format!("`{key}`")), "{text}: {e}");
+    }
+}

@@ -233,6 +233,9 @@ impl Leader {
             .or_default()
             .of_epoch(frag.epoch)
             .insert(req.replica, req.offset);
+        self.counters
+            .replica_lag
+            .record(&log_key, req.replica, written.saturating_sub(req.offset));
         let key = (log_key, req.replica);
         if req.offset == written
             || isr

@@ -1,0 +1,528 @@
+//! The CLI as Kafka, NATS and Redpanda users expect it (issue #15 "CLI"), through the real
+//! binary: positions (`--from -N`, times, offset errors with the valid range), JSON output,
+//! exact perf counts, Ctrl-C partial reports, unreachable endpoints named, completions,
+//! `config show`, plurals.
+
+mod common;
+
+use std::io::Read;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use common::*;
+
+fn zper(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_zper"))
+        .args(args)
+        .output()
+        .expect("run zper")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Runs zper with a watchdog: a run that does not end within `limit` is killed and fails the
+/// test (a hang is the bug these tests look for; the limit is far above the expected time).
+fn zper_bounded(args: &[&str], limit: Duration) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_zper"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn zper");
+    let deadline = Instant::now() + limit;
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("zper {args:?} still running after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().expect("output")
+}
+
+/// The second column of `offset<TAB>id<TAB>text` lines: the texts.
+fn texts(out: &str) -> Vec<String> {
+    out.lines()
+        .map(|l| l.rsplit('\t').next().unwrap_or("").to_owned())
+        .collect()
+}
+
+#[test]
+fn from_takes_last_n_and_times_and_a_bad_offset_names_the_range_and_nearest_boundaries() {
+    // 20-byte segments: messages `[i][mi]` are 7 bytes, so a segment holds three.
+    let n = TestNode::start_with(|c| c.store.segment_size = 20);
+    let msgs: Vec<String> = (0..10).map(|i| format!("m{i}")).collect();
+    let mut args = vec!["produce", "-t", "pos", "-w", &n.writer, "-m", "2"];
+    args.extend(msgs.iter().map(String::as_str));
+    let o = zper(&args);
+    assert!(o.status.success(), "{o:?}");
+    assert!(
+        stderr(&o).contains("10 messages durable to topic pos"),
+        "{}",
+        stderr(&o)
+    );
+    let consume = |from: &str| {
+        zper(&[
+            "consume",
+            "-t",
+            "pos",
+            "-r",
+            &n.reader,
+            "--fragment",
+            "0",
+            "--from",
+            from,
+        ])
+    };
+    let o = consume("-3");
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(texts(&stdout(&o)), ["m7", "m8", "m9"]);
+    assert_eq!(texts(&stdout(&consume("-100"))), msgs);
+    assert_eq!(texts(&stdout(&consume("earliest"))), msgs);
+    assert_eq!(stdout(&consume("latest")), "");
+    // A time before every segment: everything; an hour from now: nothing was written since.
+    assert_eq!(texts(&stdout(&consume("2020-01-01T00:00:00Z"))), msgs);
+    let later = humantime::format_rfc3339_seconds(SystemTime::now() + Duration::from_secs(3600));
+    let o = consume(&later.to_string());
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(stdout(&o), "");
+    // Not a boundary: the range and the boundaries around it.
+    let o = consume("5");
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("offset 5 is not the start of a message"),
+        "{err}"
+    );
+    assert!(err.contains("valid offsets are 0 to 70"), "{err}");
+    assert!(
+        err.contains("nearest message boundaries are 0 or 7"),
+        "{err}"
+    );
+    let o = consume("23");
+    assert!(
+        stderr(&o).contains("nearest message boundaries are 21 or 28"),
+        "{}",
+        stderr(&o)
+    );
+    let o = consume("1000");
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("outside the fragment: valid offsets are 0 to 70"),
+        "{}",
+        stderr(&o)
+    );
+    let o = consume("yesterday");
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("RFC 3339"), "{}", stderr(&o));
+}
+
+#[test]
+fn json_output_for_produce_consume_dolly_and_perf_and_plurals_are_right() {
+    let n = TestNode::start();
+    let o = zper(&[
+        "produce", "-t", "js", "-w", &n.writer, "-m", "2", "--json", "hello",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).expect("produce JSON");
+    assert_eq!(v["messages"], 1);
+    assert_eq!(v["result"], "durable");
+    let o = zper(&["produce", "-t", "js", "-w", &n.writer, "-m", "2", "world"]);
+    assert!(
+        stderr(&o).contains("1 message durable to topic js"),
+        "{}",
+        stderr(&o)
+    );
+    let o = zper(&[
+        "consume",
+        "-t",
+        "js",
+        "-r",
+        &n.reader,
+        "--fragment",
+        "0",
+        "--json",
+    ]);
+    let lines: Vec<serde_json::Value> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("consume JSON line"))
+        .collect();
+    assert_eq!(lines.len(), 2, "{}", stdout(&o));
+    assert_eq!(lines[0]["frames"], serde_json::json!(["0", "hello"]));
+    assert_eq!(lines[1]["offset"], 10);
+    assert_eq!(lines[1]["fragment"], 0);
+    let dolly = &n.node().endpoints().dolly_requests;
+    let o = zper(&["dolly", "-e", dolly, "--json", "put", "color", "blue"]);
+    assert!(o.status.success(), "{o:?}");
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).expect("dolly JSON");
+    assert_eq!(v["key"], "color");
+    assert!(v["sequence"].as_u64().is_some(), "{v}");
+    let o = zper(&["dolly", "-e", dolly, "--json", "get", "color", "nokey"]);
+    let replies: Vec<serde_json::Value> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("dolly JSON line"))
+        .collect();
+    assert_eq!(replies[0]["value"], "blue");
+    assert!(replies[1]["error"].is_string(), "{replies:?}");
+    assert!(
+        stderr(&o).contains("1 of 2 keys not read"),
+        "{}",
+        stderr(&o)
+    );
+    let o = zper(&[
+        "perf", "consume", "-t", "js", "-r", &n.reader, "-n", "1", "--json",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).expect("perf JSON");
+    assert_eq!(v["tool"], "consume");
+    assert_eq!(v["messages"], 1);
+}
+
+/// The `key=value` field of a perf summary line.
+fn field(out: &str, key: &str) -> String {
+    out.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[test]
+fn perf_tools_honour_n_exactly() {
+    let n = TestNode::start();
+    // 1001 over 2 threads: not a multiple, still exactly 1001.
+    let o = zper(&[
+        "perf", "produce", "-t", "exact", "-w", &n.writer, "-n", "1001", "-m", "1", "-c", "2",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(field(&stdout(&o), "messages"), "1001", "{}", stdout(&o));
+    // Fewer than one FETCH (and one pushed batch) holds.
+    let o = zper(&[
+        "perf", "consume", "-t", "exact", "-r", &n.reader, "-n", "777",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(field(&stdout(&o), "messages"), "777", "{}", stdout(&o));
+    let controller = &n.node().endpoints().controller;
+    let o = zper_bounded(
+        &[
+            "perf",
+            "subscribe",
+            "-t",
+            "exact",
+            "-C",
+            controller,
+            "-n",
+            "333",
+        ],
+        Duration::from_secs(120),
+    );
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(field(&stdout(&o), "messages"), "333", "{}", stdout(&o));
+    let o = zper(&[
+        "perf",
+        "subscribe",
+        "-t",
+        "exact",
+        "--fetch",
+        "-r",
+        &n.reader,
+        "-n",
+        "444",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(field(&stdout(&o), "messages"), "444", "{}", stdout(&o));
+}
+
+#[test]
+fn an_unreachable_node_fails_within_the_timeout_naming_the_endpoint() {
+    let port = free_port();
+    let ep = format!("tcp://127.0.0.1:{port}");
+    let limit = Duration::from_secs(60);
+    for args in [
+        vec![
+            "perf",
+            "produce",
+            "-t",
+            "x",
+            "-w",
+            &ep,
+            "-n",
+            "10",
+            "--timeout",
+            "1s",
+        ],
+        vec![
+            "perf",
+            "produce",
+            "-t",
+            "x",
+            "-w",
+            &ep,
+            "-n",
+            "10",
+            "-m",
+            "2",
+            "--timeout",
+            "1s",
+        ],
+        vec![
+            "perf",
+            "consume",
+            "-t",
+            "x",
+            "-r",
+            &ep,
+            "-n",
+            "10",
+            "--timeout",
+            "1s",
+        ],
+        vec![
+            "consume",
+            "-t",
+            "x",
+            "-r",
+            &ep,
+            "--fragment",
+            "0",
+            "--timeout",
+            "1s",
+        ],
+        vec![
+            "produce",
+            "-t",
+            "x",
+            "-w",
+            &ep,
+            "-m",
+            "2",
+            "--timeout",
+            "1s",
+            "hi",
+        ],
+        vec!["dolly", "-e", &ep, "--timeout", "1s", "get", "k"],
+    ] {
+        let o = zper_bounded(&args, limit);
+        assert!(!o.status.success(), "{args:?}: {o:?}");
+        let err = stderr(&o);
+        assert!(
+            err.contains(&format!("127.0.0.1:{port}")),
+            "{args:?}: {err}"
+        );
+        assert!(
+            !err.contains("Resource temporarily unavailable"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+#[test]
+fn ctrl_c_prints_a_partial_perf_report_and_exits_130() {
+    let n = TestNode::start();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_zper"))
+        .args([
+            "perf",
+            "produce",
+            "-t",
+            "intr",
+            "-w",
+            &n.writer,
+            "-n",
+            "100000000",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn perf");
+    assert!(
+        eventually(
+            || std::fs::read_dir(n.dir.path().join("intr")).is_ok_and(|d| d.count() > 0)
+                && n.read_all("intr").len() > 10_000
+        ),
+        "perf produce wrote nothing"
+    );
+    let pid = child.id().to_string();
+    let kill = Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .expect("kill");
+    assert!(kill.success());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("perf produce did not stop after Ctrl-C");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_string(&mut out)
+        .expect("read");
+    assert_eq!(status.code(), Some(130), "{out}");
+    assert_eq!(field(&out, "interrupted"), "true", "{out}");
+    let sent: u64 = field(&out, "messages").parse().expect("messages=");
+    assert!(sent > 0 && sent < 100_000_000, "{out}");
+}
+
+#[test]
+fn completions_for_bash_zsh_and_fish() {
+    for (shell, marker) in [
+        ("bash", "_zper()"),
+        ("zsh", "#compdef zper"),
+        ("fish", "complete -c zper"),
+    ] {
+        let o = zper(&["completions", shell]);
+        assert!(o.status.success(), "{shell}: {o:?}");
+        let script = stdout(&o);
+        assert!(script.contains(marker), "{shell}");
+        assert!(
+            script.contains("consume") && script.contains("from"),
+            "{shell}"
+        );
+    }
+    let o = zper(&["completions", "tcsh"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("bash"), "{}", stderr(&o));
+}
+
+#[test]
+fn config_show_prints_each_effective_value_with_its_source() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("server.properties");
+    std::fs::write(
+        &path,
+        "segment_size = 536870912        # segment file size 512M\nbase_dir = \"/data/zper\"\n\
+         flush_interval = 2s\n",
+    )
+    .expect("write");
+    let file = path.to_str().expect("utf-8 path");
+    let o = zper(&[
+        "--config",
+        file,
+        "config",
+        "show",
+        "--set",
+        "writer.bind=tcp://*:6555",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    let out = stdout(&o);
+    let row = |key: &str| {
+        out.lines()
+            .find(|l| l.split_whitespace().next() == Some(key))
+            .unwrap_or_else(|| panic!("no {key} row in\n{out}"))
+            .to_owned()
+    };
+    assert!(row("segment_size").contains("536870912") && row("segment_size").contains(file));
+    assert!(row("base_dir").contains("/data/zper"));
+    assert!(row("flush_interval").contains("2s"));
+    assert!(
+        row("writer.bind").contains("tcp://*:6555") && row("writer.bind").contains("command line")
+    );
+    assert!(row("reader.bind").contains("default"));
+    assert!(row("raft.dir").contains("/data/zper/.raft") && row("raft.dir").contains("computed"));
+    let o = zper(&["--config", file, "config", "show", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    let seg = v
+        .as_array()
+        .expect("array")
+        .iter()
+        .find(|e| e["key"] == "segment_size")
+        .expect("segment_size");
+    assert_eq!(seg["source"]["kind"], "file");
+    // A bad value is refused naming the key, as `zper run` would.
+    let o = zper(&["config", "show", "--set", "segment_size=big"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("segment_size"), "{}", stderr(&o));
+}
+
+#[test]
+fn topics_alter_changes_retention_through_raft_and_retention_uses_it() {
+    let n = TestNode::start_with(|c| {
+        c.store.segment_size = 20;
+        c.retention_check = Duration::from_millis(100);
+    });
+    let admin = n.node().endpoints().http.clone();
+    let ready = || http("GET", &admin, "/v1/status/ready", None).is_some_and(|(s, _)| s == 200);
+    assert!(eventually(ready), "node ready");
+    let o = zper(&["topics", "create", "old", "--admin", &admin]);
+    assert!(o.status.success(), "{o:?}");
+    let o = zper(&[
+        "produce", "-t", "old", "-w", &n.writer, "-m", "2", "a", "b", "c", "d", "e",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    // Closed segments three hours old: kept under the default 168 h.
+    let dir = n.dir.path().join("old");
+    let segments = || -> Vec<std::path::PathBuf> {
+        let mut v: Vec<_> = std::fs::read_dir(&dir)
+            .expect("topic dir")
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "dat"))
+            .collect();
+        v.sort();
+        v
+    };
+    let before = segments();
+    assert!(before.len() >= 2, "{before:?}");
+    let old =
+        filetime::FileTime::from_system_time(SystemTime::now() - Duration::from_secs(3 * 3600));
+    for seg in &before[..before.len() - 1] {
+        filetime::set_file_mtime(seg, old).expect("mtime");
+    }
+    std::thread::sleep(Duration::from_millis(500)); // several retention checks
+    assert_eq!(segments(), before, "168 h keeps three-hour-old segments");
+    let o = zper(&[
+        "topics",
+        "alter",
+        "old",
+        "--retain-hours",
+        "2",
+        "--admin",
+        &admin,
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    assert!(stdout(&o).contains("retain_hours = 2"), "{}", stdout(&o));
+    let o = zper(&["topics", "describe", "old", "--admin", &admin, "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(v["retain_hours"], 2);
+    assert!(
+        eventually(|| segments().len() == 1),
+        "closed segments older than 2 h deleted"
+    );
+    // Bad changes are refused and change nothing.
+    let o = zper(&[
+        "topics",
+        "alter",
+        "old",
+        "--retain-hours",
+        "0",
+        "--admin",
+        &admin,
+    ]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("retain_hours"), "{}", stderr(&o));
+    let o = zper(&[
+        "topics",
+        "alter",
+        "nope",
+        "--retain-hours",
+        "5",
+        "--admin",
+        &admin,
+    ]);
+    assert!(!o.status.success());
+    let (status, body) =
+        http("PATCH", &admin, "/v1/topics/old", Some(r#"{"retain":1}"#)).expect("answer");
+    assert_eq!(status, 400, "{body}");
+}
