@@ -157,6 +157,7 @@ fn every_template_is_well_formed_yaml_with_placeholders() {
         kinds,
         [
             "ConfigMap",
+            "ConfigMap",
             "PodDisruptionBudget",
             "Service",
             "Service",
