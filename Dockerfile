@@ -16,7 +16,7 @@ COPY deploy/server.properties /etc/zper/server.properties
 USER 10001:10001
 VOLUME ["/data"]
 # writer, reader, ack, controller, replication, Dolly updates/snapshots/requests, HTTP admin
-EXPOSE 5555 5556 5557 5558 5560 3264 3265 3266 9644
+EXPOSE 5555 5556 5557 5558 5559 5560 3264 3265 3266 9644
 HEALTHCHECK --interval=5s --timeout=3s --start-period=20s --retries=3 \
     CMD ["zper", "cluster", "ready", "--admin", "127.0.0.1:9644"]
 ENTRYPOINT ["zper", "--config", "/etc/zper/server.properties"]

@@ -11,6 +11,8 @@
 #   default-jdk-headless, libjeromq-java
 #                 the JeroMQ 0.3.6 interop test (without them it prints a note and passes,
 #                 except under CI=true)
+#   pip: helm-python-sdk kubernetes-validate pyyaml
+#                 the Helm chart check (scripts/check-chart.py), same rule
 #
 # ZPER_ASSUME_NO_INSTALL=1 never installs (print the command and fail), for tests.
 set -euo pipefail
@@ -38,6 +40,18 @@ if [ "${1:-}" = "--tests" ]; then
   fi
   if [ ! -f /usr/share/java/jeromq.jar ]; then
     optional+=(libjeromq-java); why+=("libjeromq-java: JeroMQ 0.3.6 for the interop test")
+  fi
+fi
+# Tests only: the chart check renders with Helm's Go SDK and validates against the Kubernetes
+# schemas (scripts/check-chart.py); without these Python packages it notes and passes outside CI.
+if [ "${1:-}" = "--tests" ] && command -v python3 >/dev/null 2>&1 \
+   && ! python3 -c 'import helm_python, kubernetes_validate, yaml' >/dev/null 2>&1; then
+  if [ "${ZPER_ASSUME_NO_INSTALL:-}" != 1 ] && python3 -m pip --version >/dev/null 2>&1; then
+    echo "zper: installing the chart check's Python packages (helm-python-sdk kubernetes-validate pyyaml)" >&2
+    python3 -m pip install -q helm-python-sdk kubernetes-validate pyyaml >&2 \
+      || echo "zper: pip install failed: the chart check will note and pass (fail under CI=true)" >&2
+  else
+    echo "zper: for the chart check: python3 -m pip install helm-python-sdk kubernetes-validate pyyaml" >&2
   fi
 fi
 [ ${#need[@]} -eq 0 ] && [ ${#optional[@]} -eq 0 ] && exit 0

@@ -1,6 +1,7 @@
-//! The Helm chart (`helm/zper`) and `docker-compose.yml` checked without `helm` or a cluster
-//! (issue #6): both parse, every value a template reads is defined, every template renders to
-//! well-formed YAML shape once its template actions are replaced by placeholders.
+//! The Helm chart (`helm/zper`) and `docker-compose.yml` checked without a cluster (issues #6,
+//! #15): both parse, every value a template reads is defined, and the chart rendered by Helm's
+//! own engine validates against the Kubernetes schemas with everything the chart promises
+//! (`scripts/check-chart.py`).
 
 use std::path::{Path, PathBuf};
 
@@ -28,51 +29,6 @@ fn templates() -> Vec<PathBuf> {
         .map(|e| e.expect("entry").path())
         .collect();
     out.sort();
-    out
-}
-
-/// Replaces Go template actions: a line holding only a control action (`if`, `else`, `end`,
-/// `range`, `with`, `define`, comments) is dropped; a line holding only another action (an
-/// `include ... | nindent`, `toYaml`) becomes a placeholder mapping entry at its indentation;
-/// an action inside a line becomes the scalar `PLACEHOLDER`.
-fn placeholders(template: &str) -> String {
-    let mut out = String::new();
-    for line in template.lines() {
-        let trimmed = line.trim();
-        if trimmed.starts_with("{{")
-            && trimmed.ends_with("}}")
-            && trimmed.matches("{{").count() == 1
-        {
-            let inner = trimmed
-                .trim_start_matches("{{")
-                .trim_start_matches('-')
-                .trim_end_matches("}}")
-                .trim_end_matches('-')
-                .trim();
-            let control = ["if ", "else", "end", "range ", "with ", "define ", "/*"]
-                .iter()
-                .any(|k| inner.starts_with(k));
-            if !control {
-                let indent = line.len() - line.trim_start().len();
-                out.push_str(&" ".repeat(indent));
-                out.push_str("placeholder: PLACEHOLDER\n");
-            }
-            continue;
-        }
-        let mut rest = line;
-        while let Some(start) = rest.find("{{") {
-            out.push_str(&rest[..start]);
-            match rest[start..].find("}}") {
-                Some(end) => {
-                    out.push_str("PLACEHOLDER");
-                    rest = &rest[start + end + 2..];
-                }
-                None => panic!("unclosed template action in line {line:?}"),
-            }
-        }
-        out.push_str(rest);
-        out.push('\n');
-    }
     out
 }
 
@@ -137,63 +93,6 @@ fn every_value_a_template_uses_is_defined() {
 }
 
 #[test]
-fn every_template_is_well_formed_yaml_with_placeholders() {
-    let mut kinds = Vec::new();
-    for t in templates() {
-        let name = t.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-        if name.starts_with('_') || !name.ends_with(".yaml") {
-            continue;
-        }
-        let text = placeholders(&std::fs::read_to_string(&t).expect("read"));
-        let docs = YamlLoader::load_from_str(&text)
-            .unwrap_or_else(|e| panic!("{name} is not well-formed YAML: {e}\n{text}"));
-        for d in docs.iter().filter(|d| !d.is_null()) {
-            assert!(d["apiVersion"].as_str().is_some(), "{name}: apiVersion");
-            kinds.push(d["kind"].as_str().expect("kind").to_owned());
-        }
-    }
-    kinds.sort();
-    assert_eq!(
-        kinds,
-        [
-            "ConfigMap",
-            "ConfigMap",
-            "PodDisruptionBudget",
-            "Service",
-            "Service",
-            "ServiceMonitor",
-            "StatefulSet"
-        ]
-    );
-    // A broken template is caught.
-    assert!(YamlLoader::load_from_str(&placeholders("a: [1\nb: {{ .Values.x }}\n")).is_err());
-}
-
-#[test]
-fn the_statefulset_is_what_the_issue_asks_for() {
-    let text = placeholders(
-        &std::fs::read_to_string(chart().join("templates/statefulset.yaml")).expect("read"),
-    );
-    let s = &YamlLoader::load_from_str(&text).expect("yaml")[0];
-    assert_eq!(s["spec"]["podManagementPolicy"].as_str(), Some("Parallel"));
-    let c = &s["spec"]["template"]["spec"]["containers"][0];
-    assert_eq!(
-        c["readinessProbe"]["httpGet"]["path"].as_str(),
-        Some("/v1/status/ready")
-    );
-    assert!(c["livenessProbe"]["httpGet"]["path"].as_str().is_some());
-    assert!(!c["resources"].is_badvalue());
-    assert_eq!(
-        s["spec"]["volumeClaimTemplates"][0]["metadata"]["name"].as_str(),
-        Some("data")
-    );
-    assert_eq!(
-        s["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"].as_bool(),
-        Some(true)
-    );
-}
-
-#[test]
 fn compose_has_three_nodes_each_with_its_own_volume() {
     let c = &load(&repo().join("docker-compose.yml"))[0];
     let services = c["services"].as_hash().expect("services");
@@ -238,23 +137,34 @@ fn compose_has_three_nodes_each_with_its_own_volume() {
     }
 }
 
+/// The chart rendered by Helm's own engine and validated against the Kubernetes schemas
+/// (issue #15): `scripts/check-chart.py` (helm-python-sdk renders with Helm v4's Go SDK,
+/// kubernetes-validate checks every manifest strictly) also checks the "restricted" Pod
+/// Security Standard, the startup probe, the token Secret, labels and every value. Without
+/// its Python packages it prints a note and passes, except under `CI=true` (scripts/test
+/// installs them).
 #[test]
-fn the_service_monitor_scrapes_only_the_client_service() {
-    let doc = |name: &str| {
-        let text = placeholders(
-            &std::fs::read_to_string(chart().join("templates").join(name)).expect("read"),
-        );
-        YamlLoader::load_from_str(&text).expect("yaml")[0].clone()
+fn the_chart_renders_with_helm_and_validates_against_the_kubernetes_schemas() {
+    let out = std::process::Command::new("python3")
+        .arg(repo().join("scripts/check-chart.py"))
+        .output();
+    let out = match out {
+        Ok(o) => o,
+        Err(e) if std::env::var("CI").as_deref() != Ok("true") => {
+            eprintln!("note: python3 not found ({e}); chart validation skipped");
+            return;
+        }
+        Err(e) => panic!("python3: {e}"),
     };
-    let monitor = doc("servicemonitor.yaml");
-    let component = &monitor["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"];
-    assert_eq!(component.as_str(), Some("client"));
-    assert_eq!(
-        doc("service.yaml")["metadata"]["labels"]["app.kubernetes.io/component"].as_str(),
-        Some("client")
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
     );
-    assert!(
-        doc("service-peers.yaml")["metadata"]["labels"]["app.kubernetes.io/component"]
-            .is_badvalue()
-    );
+    if out.status.code() == Some(3) && std::env::var("CI").as_deref() != Ok("true") {
+        eprintln!("note: {text}chart validation skipped");
+        return;
+    }
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("checks passed"), "{text}");
 }

@@ -72,7 +72,8 @@ impl RunArgs {
 ///
 /// Errors: a bad flag or config (naming the key), a node that cannot start.
 pub fn run(config: Option<&std::path::Path>, args: &RunArgs) -> Result<()> {
-    let overrides = args.overrides().map_err(anyhow::Error::msg)?;
+    let mut overrides = args.overrides().map_err(anyhow::Error::msg)?;
+    token_from_env(&mut overrides, std::env::var("ZPER_ADMIN_TOKEN").ok());
     let config = NodeConfig::load(config, &overrides)?;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -85,6 +86,17 @@ pub fn run(config: Option<&std::path::Path>, args: &RunArgs) -> Result<()> {
     }
     node.shutdown()?;
     Ok(())
+}
+
+/// `$ZPER_ADMIN_TOKEN` (the Helm chart's Secret) as `http.admin_token`, unless the flags set
+/// the key (then they win). An empty variable changes nothing.
+pub fn token_from_env(overrides: &mut Vec<(String, String)>, token: Option<String>) {
+    let Some(token) = token.filter(|t| !t.is_empty()) else {
+        return;
+    };
+    if !overrides.iter().any(|(k, _)| k == "http.admin_token") {
+        overrides.push(("http.admin_token".into(), token));
+    }
 }
 
 /// This machine's host name (`$HOSTNAME`, else the kernel's).
@@ -107,6 +119,19 @@ pub fn node_id_of_hostname(host: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_admin_token_comes_from_the_environment_unless_a_flag_sets_it() {
+        let mut o = Vec::new();
+        token_from_env(&mut o, Some("s3cret".into()));
+        assert_eq!(o, [("http.admin_token".to_owned(), "s3cret".to_owned())]);
+        let mut o = vec![("http.admin_token".to_owned(), "flag".to_owned())];
+        token_from_env(&mut o, Some("env".into()));
+        assert_eq!(o, [("http.admin_token".to_owned(), "flag".to_owned())]);
+        let mut o = Vec::new();
+        token_from_env(&mut o, Some(String::new()));
+        assert!(o.is_empty());
+    }
 
     #[test]
     fn statefulset_pod_names_give_node_ids_from_1() {

@@ -40,6 +40,8 @@ impl Machine {
         );
         machine.tool("cargo", &format!("echo \"cargo $*\" >> {}", log.display()));
         machine.tool("javac", "exit 0");
+        // The chart check's Python packages count as present.
+        machine.tool("python3", "exit 0");
         machine
     }
 

@@ -7,10 +7,28 @@
 {{- end -}}
 {{- end -}}
 
+{{/* The recommended labels (helm.sh/chart, app.kubernetes.io/*) on every object. */}}
 {{- define "zper.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 app.kubernetes.io/name: {{ .Chart.Name }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: zper
+{{- end -}}
+
+{{/* The service account the pods run as. */}}
+{{- define "zper.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "zper.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Secret holding the admin token: the user's existing one, or the chart's. */}}
+{{- define "zper.adminTokenSecret" -}}
+{{- default (printf "%s-admin-token" (include "zper.fullname" .)) .Values.adminToken.existingSecret -}}
 {{- end -}}
 
 {{- define "zper.selector" -}}
