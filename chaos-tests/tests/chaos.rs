@@ -486,4 +486,96 @@ fn docker_compose_up_gives_three_healthy_nodes() {
     });
     assert!(healthy, "three healthy nodes: {status}");
     assert!(status.contains("voters 1,2,3"), "{status}");
+    host_clients_use_every_feature();
+}
+
+/// Issue #15: from the host, against the compose cluster's published ports only: create a
+/// topic of three fragments, produce, consume every fragment, subscribe (the relays named by
+/// the controller are the nodes' published ones), a consistent read through a follower's
+/// published HTTP port, Dolly on node 2's published port.
+fn host_clients_use_every_feature() {
+    let zper = |args: &[&str]| {
+        let out = std::process::Command::new(zper_testkit::zper_binary())
+            .args(args)
+            .output()
+            .expect("run zper");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.success(), text, err)
+    };
+    let admin = "127.0.0.1:9644";
+    let created = wait_until(Duration::from_secs(30), || {
+        zper(&[
+            "topics",
+            "create",
+            "hostc",
+            "--fragments",
+            "3",
+            "--admin",
+            admin,
+        ])
+        .0
+    });
+    assert!(created, "topic created from the host");
+    let messages: Vec<String> = (0..30).map(|i| format!("m{i}")).collect();
+    let mut args = vec![
+        "produce",
+        "-t",
+        "hostc",
+        "-w",
+        "tcp://127.0.0.1:5555",
+        "-m",
+        "2",
+    ];
+    args.extend(messages.iter().map(String::as_str));
+    let (ok, _, err) = zper(&args);
+    assert!(ok, "produce from the host: {err}");
+    // A replica's readers see the high-water mark as of its last fetch: wait for the last one.
+    let mut last = String::new();
+    let all = wait_until(Duration::from_secs(30), || {
+        let (ok, out, err) = zper(&[
+            "consume",
+            "-t",
+            "hostc",
+            "-r",
+            "tcp://127.0.0.1:5556",
+            "--admin",
+            admin,
+            "--json",
+        ]);
+        last = format!("{out}{err}");
+        ok && out.lines().count() == 30
+    });
+    assert!(all, "every fragment read from the host: {last}");
+    let (ok, out, err) = zper(&[
+        "subscribe",
+        "-t",
+        "hostc",
+        "-g",
+        "host",
+        "-C",
+        "tcp://127.0.0.1:5558",
+        "-n",
+        "30",
+        "--idle",
+        "30s",
+    ]);
+    assert!(ok, "subscribe from the host: {err}");
+    assert_eq!(
+        out.lines().count(),
+        30,
+        "30 records pushed to the host: {out}\n{err}"
+    );
+    let (s, body) = zper_testkit::http("PUT", admin, "/v1/kv/hostkey", Some("v1")).expect("kv put");
+    assert_eq!(s, 200, "{body}");
+    for http in ["127.0.0.1:19644", "127.0.0.1:29644"] {
+        let (s, body) = zper_testkit::http("GET", http, "/v1/kv/hostkey?consistent=true", None)
+            .expect("answer");
+        assert_eq!(s, 200, "consistent read via {http}: {body}");
+    }
+    let (ok, out, err) = zper(&["dolly", "-e", "tcp://127.0.0.1:13266", "get", "hostkey"]);
+    assert!(
+        ok && out.contains("v1"),
+        "Dolly on node 2 from the host: {out} {err}"
+    );
 }

@@ -6,6 +6,7 @@
 mod admin;
 mod auth;
 mod error;
+pub mod forward;
 mod kv;
 pub mod metrics;
 mod raft_rpc;
@@ -98,6 +99,7 @@ pub fn router_with(node: ClusterNode, options: AdminOptions) -> Router {
         .route("/metrics", axum::routing::get(metrics::metrics))
         .with_state(registry);
     let token = auth::Token(options.admin_token.clone().map(std::sync::Arc::from));
+    let leader_forward = axum::middleware::from_fn_with_state(node.clone(), forward::to_leader);
     raft_rpc::routes()
         .merge(admin::routes())
         .merge(kv::routes())
@@ -123,6 +125,7 @@ pub fn router_with(node: ClusterNode, options: AdminOptions) -> Router {
                 "this route does not take that method",
             )
         })
+        .layer(leader_forward)
         .layer(axum::middleware::from_fn_with_state(token, auth::require))
         .layer(axum::middleware::map_response(error::json_errors))
 }

@@ -35,6 +35,40 @@ pub struct NodeEndpoints {
     /// that predate it.
     #[serde(default)]
     pub relay: String,
+    /// Where other nodes reach this node's writer, reader and relay, when clients are told
+    /// other addresses (`writer.advertise`, `reader.advertise`, `relay.advertise`: clients
+    /// outside a NAT or a compose network get published addresses while peers keep the
+    /// internal ones; issue #15). `None`: peers use the fields above.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer: Option<PeerEndpoints>,
+}
+
+/// A node's endpoints as other nodes reach them (see [`NodeEndpoints::peer`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct PeerEndpoints {
+    /// Writer ROUTER (forwarded producer writes).
+    pub writer: String,
+    /// Reader ROUTER (forwarded reader requests).
+    pub reader: String,
+    /// Relay ROUTER (subscriber results passed between nodes).
+    pub relay: String,
+}
+
+impl NodeEndpoints {
+    /// The writer endpoint other nodes connect to.
+    pub fn peer_writer(&self) -> &str {
+        self.peer.as_ref().map_or(&self.writer, |p| &p.writer)
+    }
+
+    /// The reader endpoint other nodes connect to.
+    pub fn peer_reader(&self) -> &str {
+        self.peer.as_ref().map_or(&self.reader, |p| &p.reader)
+    }
+
+    /// The relay endpoint other nodes connect to.
+    pub fn peer_relay(&self) -> &str {
+        self.peer.as_ref().map_or(&self.relay, |p| &p.relay)
+    }
 }
 
 /// True for an HTTP address as nodes advertise it: `host:port`, a port of 0-65535 and a

@@ -26,7 +26,7 @@ pub use placement::{PlacementChange, PlacementReason};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-pub use endpoints::{valid_http_address, NodeEndpoints, NodeId};
+pub use endpoints::{valid_http_address, NodeEndpoints, NodeId, PeerEndpoints};
 
 /// A node known to the cluster.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -26,6 +26,7 @@ fn endpoints(id: NodeId) -> NodeEndpoints {
         http: format!("10.0.0.{id}:9644"),
         replica: format!("tcp://10.0.0.{id}:5562"),
         relay: format!("tcp://10.0.0.{id}:5563"),
+        peer: None,
     }
 }
 
@@ -202,6 +203,7 @@ fn commands_written_before_optional_fields_existed_still_parse() {
                 http: "h:1".into(),
                 replica: String::new(),
                 relay: String::new(),
+                peer: None,
             },
             now_ms: 5,
             lease_ms: 6,
@@ -309,4 +311,29 @@ fn a_snapshot_from_before_dolly_and_subscriptions_still_parses() {
     let old = r#"{"nodes":{},"topics":{},"dolly_leader":null}"#;
     let m: Metadata = serde_json::from_str(old).expect("an old snapshot parses");
     assert_eq!(m, Metadata::default());
+}
+
+/// Endpoints with peer addresses (issue #15: clients told published ports) keep a stable JSON
+/// shape, and without them the JSON is exactly the older one (pinned above).
+#[test]
+fn peer_endpoints_are_stored_only_when_set() {
+    let mut e = endpoints(2);
+    e.writer = "tcp://127.0.0.1:15555".into();
+    e.peer = Some(zper_meta::PeerEndpoints {
+        writer: "tcp://zper2:5555".into(),
+        reader: "tcp://zper2:5556".into(),
+        relay: "tcp://zper2:5559".into(),
+    });
+    let json = serde_json::to_string(&e).expect("json");
+    assert!(
+        json.ends_with(r#","peer":{"writer":"tcp://zper2:5555","reader":"tcp://zper2:5556","relay":"tcp://zper2:5559"}}"#),
+        "{json}"
+    );
+    let back: NodeEndpoints = serde_json::from_str(&json).expect("parses");
+    assert_eq!(back, e);
+    assert_eq!(back.peer_writer(), "tcp://zper2:5555");
+    assert_eq!(endpoints(2).peer_writer(), "tcp://10.0.0.2:5555");
+    assert!(!serde_json::to_string(&endpoints(2))
+        .expect("json")
+        .contains("peer"));
 }

@@ -241,7 +241,10 @@ impl Remote {
         if frag.replicas.contains(&self.view.me()) {
             return None;
         }
-        let endpoint = self.view.endpoints(frag.leader).map(|e| e.reader)?;
+        let endpoint = self
+            .view
+            .endpoints(frag.leader)
+            .map(|e| e.peer_reader().to_owned())?;
         let link = (frag.leader, key.clone());
         let result = (|| -> Result<Vec<Vec<u8>>, String> {
             if !self.links.contains_key(&link) {

@@ -8,7 +8,7 @@ use std::net::TcpListener;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tracing::{info, warn};
-use zper_raft::metadata::{Command, MetadataError};
+use zper_raft::metadata::{Command, MetadataError, PeerEndpoints};
 use zper_raft::{ClusterConfig, ClusterNode, NodeEndpoints};
 
 use crate::config::NodeConfig;
@@ -72,23 +72,45 @@ impl Member {
             .rsplit_once(':')
             .map_or("127.0.0.1", |(h, _)| h)
             .to_owned();
-        let endpoints = NodeEndpoints {
-            name: c.node_name.clone(),
+        // What clients are told: `<endpoint>.advertise` when set (issue #15), else the bound
+        // port with the advertised host. Peers keep the latter.
+        let client = |key: &str, bound: &str| {
+            config
+                .client_advertise
+                .get(key)
+                .cloned()
+                .unwrap_or_else(|| advertise(bound, &host))
+        };
+        let peer = PeerEndpoints {
             writer: advertise(&zmq.writer, &host),
             reader: advertise(&zmq.reader, &host),
-            ack: advertise(&zmq.ack, &host),
-            controller: advertise(&zmq.controller, &host),
+            relay: advertise(&zmq.relay, &host),
+        };
+        let endpoints = NodeEndpoints {
+            name: c.node_name.clone(),
+            writer: client("writer.advertise", &zmq.writer),
+            reader: client("reader.advertise", &zmq.reader),
+            ack: client("ack.advertise", &zmq.ack),
+            controller: client("controller.advertise", &zmq.controller),
             replica: config
                 .replica_advertise
                 .clone()
                 .unwrap_or_else(|| advertise(&zmq.replica, &host)),
-            relay: advertise(&zmq.relay, &host),
-            dolly_requests: advertise(&zmq.dolly_requests, &host),
-            dolly_updates: advertise(&zmq.dolly_updates, &host),
-            dolly_snapshots: advertise(&zmq.dolly_snapshots, &host),
+            relay: client("relay.advertise", &zmq.relay),
+            dolly_requests: client("dolly.requests.advertise", &zmq.dolly_requests),
+            dolly_updates: client("dolly.updates.advertise", &zmq.dolly_updates),
+            dolly_snapshots: client("dolly.snapshots.advertise", &zmq.dolly_snapshots),
             http: http.clone(),
+            peer: None,
         };
-        let relay = endpoints.relay.clone();
+        let endpoints = NodeEndpoints {
+            peer: (peer.writer != endpoints.writer
+                || peer.reader != endpoints.reader
+                || peer.relay != endpoints.relay)
+                .then_some(peer),
+            ..endpoints
+        };
+        let relay = endpoints.peer_relay().to_owned();
         // The voters list this node's own address: it must be the one it advertises, or its
         // registration would be refused as a duplicate id (and peers could not reach it).
         if let Some(listed) = c.voters.get(&c.node_id) {

@@ -79,13 +79,13 @@ pub fn run(a: ProduceArgs, targets: &Endpoints) -> Result<()> {
             let mut done = 0u64;
             let lat = match producer.mode() {
                 AckMode::None => {
-                    while done < per_thread && !(done % 1024 == 0 && interrupted()) {
+                    while done < per_thread && !(done.is_multiple_of(1024) && interrupted()) {
                         if let Err(e) = producer.send(&[&header(done)[..], &payload[..]]) {
                             stop(e)?;
                             break;
                         }
                         done += 1;
-                        if done % 1024 == 0 {
+                        if done.is_multiple_of(1024) {
                             pb.inc(1024);
                         }
                     }

@@ -54,6 +54,14 @@ pub const KEYS: &[ConfigKey] = &[
     key("controller.bind", "tcp://*:5558", "ZeroMQ endpoint", "controller ROUTER (cluster information, subscriptions)"),
     key("replica.bind", "tcp://*:5560", "ZeroMQ endpoint", "replication endpoint (advertised like the others)"),
     key("replica.advertise", "", "tcp://host:port", "the replication endpoint other nodes connect to (behind NAT or a proxy); default: `replica.bind` with the advertised host"),
+    key("writer.advertise", "", "tcp://host:port", "the writer endpoint clients are told (controller `NODES`/`TOPIC`, `/v1/brokers`) when they reach the node at another address than other nodes do (compose or NAT published ports); other nodes keep `writer.bind` with the advertised HTTP host"),
+    key("reader.advertise", "", "tcp://host:port", "as `writer.advertise`, for the reader"),
+    key("ack.advertise", "", "tcp://host:port", "as `writer.advertise`, for the ack PUB"),
+    key("controller.advertise", "", "tcp://host:port", "as `writer.advertise`, for the controller"),
+    key("relay.advertise", "", "tcp://host:port", "as `writer.advertise`, for the relay (what `SUBSCRIBE` tells subscribers)"),
+    key("dolly.requests.advertise", "", "tcp://host:port", "as `writer.advertise`, for Dolly requests"),
+    key("dolly.updates.advertise", "", "tcp://host:port", "as `writer.advertise`, for Dolly updates"),
+    key("dolly.snapshots.advertise", "", "tcp://host:port", "as `writer.advertise`, for Dolly snapshots"),
     key("replica.lag_ms", "5000", "ms or a duration (`2s`), >= 10 ms", "a replica not caught up with its leader for this long leaves the ISR; it rejoins once caught up"),
     key("relay.bind", "tcp://*:5559", "ZeroMQ endpoint", "relay endpoint: push delivery to subscribers (advertised like the others)"),
     key("subscription.lease_ms", "10000", "ms or a duration (`2s`), >= 100 ms", "a subscriber that sends no `KEEPALIVE` for this long leaves its group"),
@@ -76,6 +84,18 @@ pub const KEYS: &[ConfigKey] = &[
     key("dolly.peers", "", "a file path", "Dolly's `peers.json`: this node's Dolly ports come from its entry (named `dolly.name`, else the one whose `pid` is `node.id`); explicit `dolly.*.bind` keys win"),
     key("dolly.name", "", "a peer name", "this node's entry in `dolly.peers`"),
     key("dolly.put_timeout_ms", "2000", "ms or a duration (`2s`), >= 10 ms", "a Dolly Put not committed by then is cancelled through the log; the `Error` reply comes once the cancel committed, so it never applies later"),
+];
+
+/// The `*.advertise` keys that change only what clients are told (issue #15).
+pub const CLIENT_ADVERTISE: &[&str] = &[
+    "writer.advertise",
+    "reader.advertise",
+    "ack.advertise",
+    "controller.advertise",
+    "relay.advertise",
+    "dolly.requests.advertise",
+    "dolly.updates.advertise",
+    "dolly.snapshots.advertise",
 ];
 
 /// Keys of ZPER's README or shipped file that zper accepts without effect (spec `zper.md` §7:

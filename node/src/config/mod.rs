@@ -150,6 +150,12 @@ pub struct NodeConfig {
     /// with the advertised HTTP host). Set it when replicas reach this node through a proxy,
     /// NAT or another port.
     pub replica_advertise: Option<String>,
+    /// Endpoints clients are told instead of the bound ones (`writer.advertise`,
+    /// `reader.advertise`, `ack.advertise`, `controller.advertise`, `relay.advertise`,
+    /// `dolly.requests.advertise`, `dolly.updates.advertise`, `dolly.snapshots.advertise`;
+    /// issue #15): key -> endpoint. Other nodes keep using the bound ports with the advertised
+    /// HTTP host.
+    pub client_advertise: std::collections::BTreeMap<String, String>,
     /// Relay ROUTER endpoint: push delivery to subscribers and the results back-channel
     /// (`relay.bind`, default `tcp://*:5559`, the README's ZPRelay; issue #7).
     pub relay_bind: String,
@@ -265,6 +271,7 @@ impl Default for NodeConfig {
             controller_bind: endpoint::CONTROLLER.default_bind(),
             replica_bind: endpoint::REPLICA.default_bind(),
             replica_advertise: None,
+            client_advertise: std::collections::BTreeMap::new(),
             relay_bind: endpoint::RELAY.default_bind(),
             subscription_lease: Duration::from_millis(10_000),
             dolly_requests_bind: endpoint::DOLLY_REQUESTS.default_bind(),
@@ -410,6 +417,18 @@ impl NodeConfig {
                 ));
             }
             c.replica_advertise = Some(v);
+        }
+        for key in keys::CLIENT_ADVERTISE {
+            if let Some(v) = map.get(*key).map(|v| v.trim().to_owned()) {
+                if !v.starts_with("tcp://") || !valid_endpoint(&v) || v.contains('*') {
+                    return Err(bad(
+                        key,
+                        &v,
+                        "a tcp:// endpoint with a host and port that clients can connect to, such as tcp://127.0.0.1:15555",
+                    ));
+                }
+                c.client_advertise.insert((*key).to_owned(), v);
+            }
         }
         c.replica_lag = Duration::from_millis(millis(map, "replica.lag_ms", 5000, 10)?);
         c.acks_leader = match map.get("acks").map(|v| v.trim()) {

@@ -121,7 +121,7 @@ impl Forwarder {
         let Some(endpoint) = self
             .view
             .endpoints(frag.leader)
-            .map(|e| e.writer)
+            .map(|e| e.peer_writer().to_owned())
             .filter(|w| !w.is_empty())
         else {
             Counters::add(&self.counters.not_leader, n);

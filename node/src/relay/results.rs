@@ -39,7 +39,7 @@ impl Relay {
             .with_metadata(|m| {
                 m.nodes
                     .values()
-                    .map(|n| n.endpoints.relay.clone())
+                    .map(|n| n.endpoints.peer_relay().to_owned())
                     .filter(|e| !e.is_empty())
                     .collect()
             })
