@@ -65,6 +65,24 @@ fn stored<'a>(fragments: impl Iterator<Item = &'a Value>) -> String {
     total.map_or("-".to_owned(), crate::output::human_bytes)
 }
 
+/// Messages this node holds of `fragments`: `-` when it holds none, `counting` while the node
+/// has not counted them all yet (it counts a bounded amount per request; ask again).
+fn messages<'a>(fragments: impl Iterator<Item = &'a Value>) -> String {
+    let (mut total, mut held, mut counting) = (0u64, false, false);
+    for f in fragments.filter(|f| f["start_offset"].as_u64().is_some()) {
+        held = true;
+        match f["messages"].as_u64() {
+            Some(n) => total += n,
+            None => counting = true,
+        }
+    }
+    match (held, counting) {
+        (false, _) => "-".to_owned(),
+        (true, true) => "counting".to_owned(),
+        (true, false) => total.to_string(),
+    }
+}
+
 /// Runs `zper topics ...`.
 pub fn run(cmd: TopicsCommand, target: &AdminTarget, defaults: &Endpoints) -> Result<()> {
     let api = target.client(defaults)?;
@@ -80,6 +98,7 @@ pub fn run(cmd: TopicsCommand, target: &AdminTarget, defaults: &Endpoints) -> Re
                         format!("{}h", text(&t["retain_hours"])),
                         t["policy"].as_str().unwrap_or("").to_owned(),
                         stored(t["fragments"].as_array().into_iter().flatten()),
+                        messages(t["fragments"].as_array().into_iter().flatten()),
                     ]
                 });
                 render(
@@ -90,6 +109,7 @@ pub fn run(cmd: TopicsCommand, target: &AdminTarget, defaults: &Endpoints) -> Re
                         ("RETAIN", Right),
                         ("POLICY", Left),
                         ("SIZE", Right),
+                        ("MESSAGES", Right),
                     ],
                     rows.collect(),
                 )
@@ -130,6 +150,7 @@ pub fn run(cmd: TopicsCommand, target: &AdminTarget, defaults: &Endpoints) -> Re
                         offset(&f["start_offset"]),
                         offset(&f["end_offset"]),
                         stored(std::iter::once(f)),
+                        messages(std::iter::once(f)),
                     ]
                 });
                 render(
@@ -142,6 +163,7 @@ pub fn run(cmd: TopicsCommand, target: &AdminTarget, defaults: &Endpoints) -> Re
                         ("START", Right),
                         ("END", Right),
                         ("SIZE", Right),
+                        ("MESSAGES", Right),
                     ],
                     rows.collect(),
                 )

@@ -526,3 +526,51 @@ fn topics_alter_changes_retention_through_raft_and_retention_uses_it() {
         http("PATCH", &admin, "/v1/topics/old", Some(r#"{"retain":1}"#)).expect("answer");
     assert_eq!(status, 400, "{body}");
 }
+
+#[test]
+fn topics_list_and_describe_show_message_counts_next_to_human_sizes() {
+    let n = TestNode::start();
+    let admin = n.node().endpoints().http.clone();
+    let ready = || http("GET", &admin, "/v1/status/ready", None).is_some_and(|(s, _)| s == 200);
+    assert!(eventually(ready), "node ready");
+    let o = zper(&[
+        "produce", "-t", "counted", "-w", &n.writer, "-m", "2", "a", "b", "c", "d", "e",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    // The column under `header` in the row that starts with `first`.
+    let cell = |out: &str, first: &str, header: &str| -> String {
+        let mut lines = out.lines();
+        let head: Vec<&str> = lines.next().expect("header").split_whitespace().collect();
+        let col = head.iter().position(|h| *h == header).expect(header);
+        let row = lines
+            .find(|l| l.split_whitespace().next() == Some(first))
+            .unwrap_or_else(|| panic!("no {first} row in\n{out}"));
+        // Sizes are two words ("50 B"): join a size's unit to its number first.
+        let words: Vec<String> = row
+            .split_whitespace()
+            .fold(Vec::<String>::new(), |mut acc, w| {
+                if ["B", "KiB", "MiB", "GiB", "TiB", "PiB"].contains(&w) {
+                    if let Some(last) = acc.last_mut() {
+                        last.push(' ');
+                        last.push_str(w);
+                        return acc;
+                    }
+                }
+                acc.push(w.to_owned());
+                acc
+            });
+        words[col].clone()
+    };
+    let o = zper(&["topics", "describe", "counted", "--admin", &admin]);
+    assert!(o.status.success(), "{o:?}");
+    let out = stdout(&o);
+    assert_eq!(cell(&out, "0", "MESSAGES"), "5", "{out}");
+    assert_eq!(cell(&out, "0", "SIZE"), "30 B", "{out}"); // `[i][x]`: 6 bytes each
+    let o = zper(&["topics", "list", "--admin", &admin]);
+    let out = stdout(&o);
+    assert_eq!(cell(&out, "counted", "MESSAGES"), "5", "{out}");
+    let o = zper(&["topics", "describe", "counted", "--admin", &admin, "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(v["fragments"][0]["messages"], 5);
+    assert_eq!(v["fragments"][0]["end_offset"], 30);
+}

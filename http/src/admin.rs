@@ -200,6 +200,7 @@ fn topic_view(name: String, topic: TopicRecord, logs: &Logs) -> TopicView {
                 start_offset: local.as_ref().map(|o| o.start_offset),
                 end_offset: local.as_ref().map(|o| o.end_offset),
                 high_water: local.as_ref().and_then(|o| o.high_water),
+                messages: local.as_ref().and_then(|o| o.messages),
                 epochs: local.map(|o| o.epochs).unwrap_or_default(),
             }
         })

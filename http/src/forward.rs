@@ -56,7 +56,7 @@ pub(crate) async fn to_leader(
     let Ok(body) = to_bytes(body, MAX_BODY).await else {
         return crate::ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
-            "too_large",
+            "payload_too_large",
             format!("request body over {MAX_BODY} bytes"),
         )
         .into_response();

@@ -30,6 +30,8 @@ pub struct FragmentOffsets {
     /// This copy's leader-epoch history, `(epoch, start offset)` ascending: which leader
     /// epoch wrote which bytes (what replicas compare to find where copies diverge).
     pub epochs: Vec<(u64, u64)>,
+    /// Messages readable in this copy; `None` while the count is not complete yet.
+    pub messages: Option<u64>,
 }
 
 /// The node's segment store as the admin API sees it (implemented by the `zper` node; the http

@@ -141,13 +141,6 @@ async fn admin_routes_answer_json_and_errors_have_code_and_message() {
             404,
             "unknown_topic",
         ),
-        (
-            reqwest::Method::GET,
-            "/v1/topics?consistent=true",
-            None,
-            503,
-            "not_leader",
-        ),
         (reqwest::Method::GET, "/v1/nothing", None, 404, "not_found"),
         (
             reqwest::Method::PUT,
@@ -183,14 +176,26 @@ async fn admin_routes_answer_json_and_errors_have_code_and_message() {
         assert_eq!(v["code"], json!(code), "{method} {path}: {v}");
         assert!(v["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
     }
-    // A consistent read on a follower names the leader to ask.
+    // A consistent read on a follower is forwarded to the leader (issue #15)...
     let (s, v) = call(
         reqwest::Method::GET,
         &format!("{f}/v1/topics?consistent=true"),
         None,
     )
     .await;
-    assert_eq!(s, 503);
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v[0]["name"], "orders", "{v}");
+    // ...once: a request a follower already forwarded is not forwarded again, and its 503
+    // names the leader to ask.
+    let resp = reqwest::Client::new()
+        .get(format!("{f}/v1/topics?consistent=true"))
+        .header(zper_http::forward::FORWARDED, "9")
+        .send()
+        .await
+        .expect("http");
+    assert_eq!(resp.status().as_u16(), 503);
+    let v: Value = serde_json::from_str(&resp.text().await.expect("body")).expect("json");
+    assert_eq!(v["code"], "not_leader", "{v}");
     let expected = format!("node {leader} at {}", c.voters[&leader].http);
     assert!(
         v["message"]

@@ -106,6 +106,10 @@ pub struct FragmentView {
     /// or never replicated).
     #[serde(default)]
     pub epochs: Vec<(u64, u64)>,
+    /// Messages readable in that copy (issue #15); absent while the node is still counting
+    /// (it reads a bounded amount per request) or when it holds no copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub messages: Option<u64>,
 }
 
 /// A topic as the admin API shows it (`GET /v1/topics`, `GET /v1/topics/{name}`, and the 201

@@ -264,6 +264,9 @@ impl Member {
     }
 }
 
+/// Most bytes one admin request reads per fragment to count its messages (`topics describe`).
+const COUNT_BUDGET: u64 = 16 << 20;
+
 /// The segment store as the admin API's [`zper_http::LocalLogs`]: fragment k of a topic is
 /// stored under [`zper_store::log_key`] (the topic itself for fragment 0).
 struct StoreLogs(std::sync::Arc<zper_store::Store>);
@@ -278,6 +281,8 @@ impl zper_http::LocalLogs for StoreLogs {
             end_offset,
             high_water: log.high_water().ok()?,
             epochs: log.epochs().ok()?,
+            // Bounded per request: a large store is counted over several requests.
+            messages: log.message_count(COUNT_BUDGET).ok().flatten(),
         })
     }
 

@@ -8,6 +8,7 @@
 
 mod checkpoint;
 pub mod checksum;
+mod count;
 mod epochs;
 mod error;
 pub mod flush;

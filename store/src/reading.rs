@@ -394,7 +394,12 @@ impl TopicLog {
     /// Returns how many bytes of `buf` were filled: fewer than asked when a damaged range
     /// starts inside it (the read stops there; `locate` already stops reads at ranges known
     /// before).
-    fn read_stored(&self, seg: &Segment, buf: &mut [u8], offset: u64) -> Result<usize, StoreError> {
+    pub(crate) fn read_stored(
+        &self,
+        seg: &Segment,
+        buf: &mut [u8],
+        offset: u64,
+    ) -> Result<usize, StoreError> {
         if !seg.is_closed() {
             read_exact_at(seg, buf, offset)?;
             return Ok(buf.len());

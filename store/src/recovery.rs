@@ -151,6 +151,7 @@ impl TopicLog {
                 corruptions: mismatches,
                 unchecked,
             }),
+            counted: Mutex::new(Default::default()),
         })
     }
 }

@@ -75,6 +75,8 @@ pub struct TopicLog {
     pub(crate) dir: PathBuf,
     pub(crate) segment_size: u64,
     pub(crate) state: Mutex<TopicState>,
+    /// How far each segment's messages are counted (`count.rs`).
+    pub(crate) counted: Mutex<crate::count::Counted>,
 }
 
 impl TopicLog {
