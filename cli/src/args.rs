@@ -135,6 +135,49 @@ mod tests {
     }
 
     #[test]
+    fn old_spellings_keep_working_and_durations_take_units() {
+        use clap::Parser;
+        let old = Cli::try_parse_from([
+            "zper",
+            "subscribe",
+            "-t",
+            "x",
+            "--idle-ms",
+            "1500",
+            "--flush-ms",
+            "20",
+        ])
+        .expect("old spellings");
+        let new = Cli::try_parse_from([
+            "zper",
+            "subscribe",
+            "-t",
+            "x",
+            "--idle",
+            "1.5s",
+            "--flush",
+            "20ms",
+        ])
+        .expect("units");
+        for cli in [old, new] {
+            let Some(super::Command::Subscribe(a)) = cli.command else {
+                panic!("subscribe");
+            };
+            assert_eq!(a.idle, std::time::Duration::from_millis(1500));
+            assert_eq!(a.flush, std::time::Duration::from_millis(20));
+        }
+        for args in [
+            ["zper", "consume", "-t", "x", "--timeout", "5000"],
+            ["zper", "consume", "-t", "x", "--timeout", "5s"],
+            ["zper", "produce", "-t", "x", "--timeout", "5s"],
+        ] {
+            assert!(Cli::try_parse_from(args).is_ok(), "{args:?}");
+        }
+        let retry = Cli::try_parse_from(["zper", "perf", "metadata", "--retry-ms", "20000"]);
+        assert!(retry.is_ok(), "perf metadata --retry-ms");
+    }
+
+    #[test]
     fn every_short_flag_has_one_meaning_across_every_subcommand() {
         let mut cmd = Cli::command();
         cmd.build();

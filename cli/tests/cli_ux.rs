@@ -574,3 +574,30 @@ fn topics_list_and_describe_show_message_counts_next_to_human_sizes() {
     assert_eq!(v["fragments"][0]["messages"], 5);
     assert_eq!(v["fragments"][0]["end_offset"], 30);
 }
+
+#[test]
+fn perf_shows_progress_on_a_terminal_and_none_in_a_pipe() {
+    let n = TestNode::start();
+    let bin = env!("CARGO_BIN_EXE_zper");
+    let cmd = format!("{bin} perf produce -t bar -w {} -n 300000", n.writer);
+    // `script` gives the command a pseudo-terminal, as a user's shell would.
+    let o = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .output()
+        .expect("script (util-linux)");
+    assert!(o.status.success(), "{o:?}");
+    let tty = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        tty.contains("/300000"),
+        "a progress bar `pos/len` on the terminal: {tty:?}"
+    );
+    let o = zper(&[
+        "perf", "produce", "-t", "bar", "-w", &n.writer, "-n", "1000",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    assert!(
+        !stderr(&o).contains("/1000"),
+        "no bar in a pipe: {}",
+        stderr(&o)
+    );
+}

@@ -482,8 +482,9 @@ fn topic_views_show_this_nodes_start_and_end_offsets() {
     assert!(out.status.success());
     assert!(
         text.lines().any(|l| {
+            // FRAGMENT LEADER EPOCH REPLICAS ISR START END SIZE (two words) MESSAGES
             let cols: Vec<&str> = l.split_whitespace().collect();
-            cols.len() == 7 && cols[5] == "0" && cols[6] == end.to_string()
+            cols.len() == 10 && cols[5] == "0" && cols[6] == end.to_string()
         }),
         "{text}"
     );

@@ -136,6 +136,8 @@ fn the_readme_documents_the_two_scripts() {
         .map(|l| l.split_whitespace().next().unwrap_or(""))
         .collect();
     assert_eq!(commands, ["scripts/run", "scripts/test"], "{block}");
+    // Compose: both spellings are given (Debian packages v1 `docker-compose`).
+    assert!(readme.contains("docker-compose up -d") && readme.contains("docker compose up -d"));
     let ci = std::fs::read_to_string(root().join(".ci/run")).expect(".ci/run");
     assert!(
         ci.contains("exec scripts/test"),
