@@ -67,6 +67,13 @@ fn main() {
         }
     };
     if let Err(e) = result {
+        // `zper consume ... | head`: the reader went away, which is how a pipe ends.
+        if e.chain().any(|c| {
+            c.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+        }) {
+            std::process::exit(0);
+        }
         // Not eprintln!: it panics when stderr is a closed pipe.
         let _ = writeln!(std::io::stderr(), "zper: {}", error_chain(&e));
         std::process::exit(1);

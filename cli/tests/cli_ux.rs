@@ -601,3 +601,110 @@ fn perf_shows_progress_on_a_terminal_and_none_in_a_pipe() {
         stderr(&o)
     );
 }
+
+#[test]
+fn a_subscriber_that_leaves_has_its_acknowledgements_committed_first() {
+    let n = TestNode::start();
+    let msgs: Vec<String> = (0..10).map(|i| format!("m{i}")).collect();
+    let mut args = vec!["produce", "-t", "leave", "-w", &n.writer, "-m", "2"];
+    args.extend(msgs.iter().map(String::as_str));
+    assert!(zper(&args).status.success());
+    let controller = n.node().endpoints().controller.clone();
+    let run = || {
+        let o = zper_bounded(
+            &[
+                "subscribe",
+                "-t",
+                "leave",
+                "-g",
+                "g",
+                "--id",
+                "one",
+                "-C",
+                &controller,
+                "-n",
+                "3",
+                "--batch",
+                "1",
+                "--window",
+                "1",
+            ],
+            Duration::from_secs(60),
+        );
+        assert!(o.status.success(), "{o:?}");
+        texts(&stdout(&o))
+    };
+    assert_eq!(run(), ["m0", "m1", "m2"]);
+    // The same member again resumes after what it acknowledged: nothing is handed out twice.
+    assert_eq!(run(), ["m3", "m4", "m5"]);
+    assert_eq!(run(), ["m6", "m7", "m8"]);
+}
+
+#[test]
+fn ctrl_c_during_perf_consume_prints_a_partial_report() {
+    let n = TestNode::start();
+    let o = zper(&[
+        "perf", "produce", "-t", "slow", "-w", &n.writer, "-n", "200000", "-m", "1",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    // One message per FETCH: 200000 round trips, far longer than the half second before Ctrl-C.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_zper"))
+        .args([
+            "--json",
+            "perf",
+            "consume",
+            "-t",
+            "slow",
+            "-r",
+            &n.reader,
+            "-n",
+            "100000000",
+        ])
+        .args(["-s", "120"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn perf consume");
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .expect("kill")
+        .success());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().expect("wait").is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "perf consume did not stop after Ctrl-C"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let o = child.wait_with_output().expect("output");
+    assert_eq!(o.status.code(), Some(130), "{o:?}");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("a JSON report");
+    assert_eq!(v["interrupted"], true, "{v}");
+    let read = v["messages"].as_u64().expect("messages");
+    assert!(read > 0 && read < 200_000, "{v}");
+}
+
+#[test]
+fn consume_into_a_pipe_that_closes_early_exits_quietly() {
+    let n = TestNode::start();
+    let o = zper(&[
+        "perf", "produce", "-t", "piped", "-w", &n.writer, "-n", "5000", "-s", "60", "-m", "1",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    // ~300 KB of output into `head -1`: zper's writes fail with EPIPE once head is gone.
+    let script = format!(
+        "set -o pipefail; {} consume -t piped -r {} --fragment 0 | head -1 > /dev/null",
+        env!("CARGO_BIN_EXE_zper"),
+        n.reader
+    );
+    let o = Command::new("bash")
+        .args(["-c", &script])
+        .output()
+        .expect("bash");
+    assert!(o.status.success(), "{o:?}");
+    assert!(!stderr(&o).contains("Broken pipe"), "{}", stderr(&o));
+}

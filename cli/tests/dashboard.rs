@@ -150,4 +150,16 @@ fn every_dashboard_metric_is_served_and_the_new_gauges_tell_the_truth() {
         "{}",
         metrics(&c, leader)
     );
+    // The dead follower's lag grows with what is written after it died (it is computed at the
+    // scrape, not kept from its last fetch).
+    assert_eq!(c.produce_all(leader, "dash", 10..20).len(), 10);
+    let dead = [("topic", "dash"), ("replica", &follower.to_string())];
+    assert!(
+        eventually(
+            || value(&metrics(&c, leader), "zper_replica_lag_bytes", &dead)
+                .is_some_and(|lag| lag >= 170.0)
+        ),
+        "{}",
+        metrics(&c, leader)
+    );
 }

@@ -311,6 +311,19 @@ fn http_kv_lists_keys_by_prefix_in_pages() {
     assert!(page["sequence"].as_u64().expect("sequence") > 0);
     let none = get_json(&http_addr, "/v1/kv?prefix=zzz");
     assert_eq!(keys(&none), Vec::<String>::new());
+    // Pages are bounded in bytes too (4 MiB): five values of ~1 MB take two pages.
+    let big = "v".repeat(1_000_000);
+    for i in 0..5 {
+        let (status, body) =
+            http("PUT", &http_addr, &format!("/v1/kv/big{i}"), Some(&big)).expect("answer");
+        assert_eq!(status, 200, "{body}");
+    }
+    let first = get_json(&http_addr, "/v1/kv?prefix=big");
+    assert_eq!(keys(&first), ["big0", "big1", "big2", "big3"]);
+    assert_eq!(first["more"], true);
+    let rest = get_json(&http_addr, "/v1/kv?prefix=big&after=big3");
+    assert_eq!(keys(&rest), ["big4"]);
+    assert_eq!(rest["more"], false);
     for bad in ["/v1/kv?limit=0", "/v1/kv?limit=10001", "/v1/kv?limit=x"] {
         let (status, body) = http("GET", &http_addr, bad, None).expect("answer");
         assert_eq!(status, 400, "{bad}: {body}");

@@ -338,7 +338,7 @@ fn ten_thousand_puts_through_random_nodes_survive_two_leader_kills() {
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_zper"))
         .args(["dolly", "-p"])
         .arg(&c.peers)
-        .args(["-n", "charlie", "get", &String::from_utf8_lossy(k)])
+        .args(["--name", "charlie", "get", &String::from_utf8_lossy(k)])
         .output()
         .expect("zper dolly");
     assert_eq!(

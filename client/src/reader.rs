@@ -132,7 +132,12 @@ pub fn fetch_messages(
 ) -> Result<(u64, u64), ClientError> {
     let (mut count, mut bytes, mut fetch_size) = (0u64, 0u64, fetch_size.max(16));
     while count < messages {
-        let Some(data) = client.fetch(offset, fetch_size)? else {
+        let fetched = match client.fetch(offset, fetch_size) {
+            // Interrupted (Ctrl-C makes a blocking receive fail): what was read so far counts.
+            Err(_) if !progress(count) => break,
+            fetched => fetched?,
+        };
+        let Some(data) = fetched else {
             return Err(ClientError::Invalid(format!(
                 "offset {offset} not readable (101)"
             )));

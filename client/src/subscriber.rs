@@ -156,6 +156,9 @@ pub struct Subscriber {
     lease: Duration,
     next_keepalive: Instant,
     keepalive_sent: Option<Instant>,
+    /// Per fragment, the highest offset acknowledged and not yet confirmed (`ACKED`): leaving
+    /// waits for them, or the group would be handed its records again.
+    unconfirmed: BTreeMap<u32, u64>,
 }
 
 /// Re-send STREAM for a fragment nothing has come from for this long (a relay that restarted
@@ -187,6 +190,7 @@ impl Subscriber {
             lease: Duration::from_secs(10),
             next_keepalive: Instant::now(),
             keepalive_sent: None,
+            unconfirmed: BTreeMap::new(),
             opts,
         };
         let request = ControllerRequest::Subscribe(s.member());
@@ -344,7 +348,10 @@ impl Subscriber {
             offset,
         });
         self.relay(&endpoint)?
-            .send_multipart(request.encode(), zmq::DONTWAIT)
+            .send_multipart(request.encode(), zmq::DONTWAIT)?;
+        let highest = self.unconfirmed.entry(fragment).or_insert(offset);
+        *highest = (*highest).max(offset);
+        Ok(())
     }
 
     /// Sends a result for the message at `offset` of `fragment` whose id (first frame) is
@@ -472,10 +479,20 @@ impl Subscriber {
             }
             RelayReply::Acked {
                 fragment, offset, ..
-            } => Some(Event::Acked { fragment, offset }),
+            } => {
+                if self
+                    .unconfirmed
+                    .get(&fragment)
+                    .is_some_and(|&o| offset >= o)
+                {
+                    self.unconfirmed.remove(&fragment);
+                }
+                Some(Event::Acked { fragment, offset })
+            }
             RelayReply::Revoked {
                 fragment, reason, ..
             } => {
+                self.unconfirmed.remove(&fragment); // no longer ours to commit
                 let st = self.fragments.get_mut(&fragment)?;
                 if reason.contains("holds no copy") && st.using + 1 < st.relays.len() {
                     st.using += 1; // try the next replica
@@ -535,10 +552,18 @@ impl Subscriber {
         self.relay(relay)?.send_multipart(request.encode(), 0)
     }
 
-    /// Leaves the group (its fragments go to the other members at once).
+    /// Leaves the group (its fragments go to the other members at once), after the relays
+    /// confirmed the commits of every acknowledgement sent (for at most the timeout): leaving
+    /// first would let the group's offsets stay behind what this member processed, and the
+    /// next member would be handed those records again.
     ///
     /// Errors: `Timeout`; `Refused(101)` when it was not a member any more.
-    pub fn unsubscribe(self) -> Result<(), SubscriberError> {
+    pub fn unsubscribe(mut self) -> Result<(), SubscriberError> {
+        let drain_until = Instant::now() + self.opts.timeout.min(Duration::from_secs(5));
+        while !self.unconfirmed.is_empty() && Instant::now() < drain_until {
+            // Records pushed meanwhile are not acknowledged: the group gets them again.
+            self.poll(Duration::from_millis(50))?;
+        }
         let request = ControllerRequest::Unsubscribe(self.member());
         let deadline = Instant::now() + self.opts.timeout;
         let mut sent = 0u32;

@@ -18,8 +18,9 @@ use zper_raft::ClusterNode;
 
 /// Marks a request a follower forwarded to the leader.
 pub const FORWARDED: &str = "x-zper-forwarded-by";
-/// Longest wait for the leader's answer.
-pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(15);
+/// Longest wait for the leader's answer. A leader that does not answer in time (paused, or
+/// deposed meanwhile) is asked once more if the known leader changed by then.
+pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(5);
 /// Largest request body the middleware buffers (Dolly values are at most 1 MiB).
 const MAX_BODY: usize = 2 << 20;
 
@@ -82,16 +83,41 @@ pub(crate) async fn to_leader(
     if !is_not_leader(rparts.status, &rbody) {
         return own();
     }
-    let Some(leader) = leader_http(&node) else {
+    let Some(mut leader) = leader_http(&node) else {
         return own();
     };
-    match send(&leader, method, &path, body, auth, node.id).await {
-        Ok(forwarded) => forwarded,
-        Err(e) => {
-            tracing::warn!(leader = %leader, path = %path, error = %e, "could not forward to the leader");
-            own()
+    let mut tried = Vec::new();
+    loop {
+        match send(
+            &leader,
+            method.clone(),
+            &path,
+            body.clone(),
+            auth.clone(),
+            node.id,
+        )
+        .await
+        {
+            Ok(forwarded) => return forwarded,
+            Err(e) => {
+                tracing::warn!(leader = %leader, path = %path, error = %e, "could not forward to the leader");
+                tried.push(format!("{leader}: {e}"));
+            }
+        }
+        match leader_http(&node) {
+            Some(next) if next != leader && tried.len() < 2 => leader = next,
+            _ => break,
         }
     }
+    crate::ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "not_leader",
+        format!(
+            "this node is not the leader and the leader did not answer the forwarded request ({})",
+            tried.join("; ")
+        ),
+    )
+    .into_response()
 }
 
 async fn send(

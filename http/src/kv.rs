@@ -12,7 +12,8 @@
 //! - `GET /v1/kv?prefix=P&limit=N&after=K&keys_only=true` → 200 `{"entries": [{"key",
 //!   "sequence", "value"}...], "more", "sequence"}`: keys in byte order that start with `P`
 //!   (default: every key) and come after `K` (the last key of the previous page), at most `N`
-//!   (default 1000, at most 10000) so one request cannot build an unbounded reply. `more` says
+//!   (default 1000, at most 10000) and at most 4 MiB of keys and values (at least one entry),
+//!   so one request cannot build an unbounded reply. `more` says
 //!   whether keys are left (pass the last key as `after`); `sequence` is the state the page was
 //!   read at. Keys or values that are not UTF-8 come as `key_hex` / `value_hex`. A limit of 0
 //!   or over 10000 is 400 `bad_limit`.
@@ -63,6 +64,9 @@ struct Put {
 
 /// Most entries one `GET /v1/kv` page holds.
 pub const MAX_LIST: usize = 10_000;
+/// Most key and value bytes one page holds (at least one entry is always returned): values
+/// may be 1 MiB each, so `limit` alone would not bound a reply.
+pub const MAX_LIST_BYTES: usize = 4 << 20;
 
 /// Query of `GET /v1/kv`.
 #[derive(Debug, Deserialize)]
@@ -140,14 +144,17 @@ async fn list(
         };
         let mut entries = Vec::new();
         let mut more = false;
+        let mut bytes = 0usize;
         for (key, record) in m.dolly.range((start, Bound::Unbounded)) {
             if !key.starts_with(prefix) {
                 break;
             }
-            if entries.len() == q.limit {
+            let size = key.len() + if q.keys_only { 0 } else { record.value.len() };
+            if entries.len() == q.limit || (!entries.is_empty() && bytes + size > MAX_LIST_BYTES) {
                 more = true;
                 break;
             }
+            bytes += size;
             let (key, key_hex) = text_or_hex(key.clone());
             let (value, value_hex) = if q.keys_only {
                 (None, None)

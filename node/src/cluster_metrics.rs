@@ -7,7 +7,8 @@
 //!   count of those with fewer in-sync replicas than replicas,
 //!   `zper_under_replicated_fragments`;
 //! - replica lag on the leader, `zper_replica_lag_bytes{topic,fragment,replica}`: its log end
-//!   minus what the replica last reported durable (from the replication endpoint's fetches);
+//!   at scrape time minus what the replica last reported durable (from the replication
+//!   endpoint's fetches), so a dead or paused replica shows a growing lag;
 //! - subscription-group lag for led fragments, `zper_group_lag_bytes{topic,group,fragment}`
 //!   (readable end minus the group's committed offset; the slowest member under the `default`
 //!   policy) and `zper_group_lag_messages`, counted by reading at most [`LAG_SCAN_BYTES`] per
@@ -131,7 +132,13 @@ impl ClusterCollector {
                         .flatten()
                         .map(|(group, g)| (group.clone(), slowest(g, t.policy, f.id)))
                         .collect();
-                    led.push((name.clone(), f.id, f.isr.len(), f.replicas.len(), groups));
+                    let followers: Vec<NodeId> = f
+                        .replicas
+                        .iter()
+                        .copied()
+                        .filter(|r| *r != self.me)
+                        .collect();
+                    led.push((name.clone(), f.id, f.isr.len(), followers, groups));
                 }
             }
             led
@@ -139,16 +146,29 @@ impl ClusterCollector {
         let led = led.unwrap_or_default();
         let mut under = 0;
         let mut budget = SCRAPE_SCAN_BYTES;
-        for (topic, fragment, isr, replicas, groups) in led {
+        let mut led_keys = std::collections::HashSet::new();
+        for (topic, fragment, isr, followers, groups) in led {
+            let replicas = followers.len() + 1;
             let labels = [topic.as_str(), &fragment.to_string()];
             self.isr_size.with_label_values(&labels).set(isr as i64);
             self.replicas
                 .with_label_values(&labels)
                 .set(replicas as i64);
             under += i64::from(isr < replicas);
-            let Some(log) = self.store.topic(&zper_store::log_key(&topic, fragment)) else {
+            let key = zper_store::log_key(&topic, fragment);
+            led_keys.insert(key.clone());
+            let Some(log) = self.store.topic(&key) else {
                 continue;
             };
+            // Lag at scrape time: a replica that stopped fetching shows a growing lag.
+            let written = log.written_end().unwrap_or(0);
+            for r in followers {
+                if let Some(durable) = self.counters.replica_lag.reported(&key, r) {
+                    self.replica_lag
+                        .with_label_values(&[topic.as_str(), &fragment.to_string(), &r.to_string()])
+                        .set(written.saturating_sub(durable) as i64);
+                }
+            }
             let (Ok(end), Ok(starts)) = (log.visible_end(), log.segment_starts()) else {
                 continue;
             };
@@ -167,14 +187,9 @@ impl ClusterCollector {
             }
         }
         self.under_replicated.set(under);
-        for ((key, replica), lag) in self.counters.replica_lag.current() {
-            let (topic, fragment) = key
-                .split_once('.')
-                .map_or((key.as_str(), "0"), |(t, f)| (t, f));
-            self.replica_lag
-                .with_label_values(&[topic, fragment, &replica.to_string()])
-                .set(lag as i64);
-        }
+        self.counters
+            .replica_lag
+            .retain(|key| led_keys.contains(key));
     }
 }
 

@@ -84,35 +84,35 @@ pub struct Counters {
     topics: RwLock<BTreeMap<String, std::sync::Arc<TopicCounters>>>,
 }
 
-/// How long a replica's lag report counts after its last fetch: past it the fragment's lead
-/// moved or the replica stopped fetching, and the gauge is dropped.
-pub const REPLICA_LAG_TTL: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// Each replica's lag behind this node as leader: (fragment log key, replica) -> (the log's
-/// written end minus the replica's reported durable offset, bytes; when reported).
+/// What each replica last reported durable to this node as leader: (fragment log key,
+/// replica) -> offset, bytes. The lag (`zper_replica_lag_bytes`) is the log's end at scrape
+/// time minus this, so a replica that stopped fetching shows a growing lag, not its last one.
 #[derive(Debug, Default)]
-pub struct ReplicaLag(RwLock<BTreeMap<(String, u64), (u64, std::time::Instant)>>);
+pub struct ReplicaLag(RwLock<BTreeMap<(String, u64), u64>>);
 
 impl ReplicaLag {
-    /// Records `replica`'s lag on fragment log `key` at one of its fetches.
-    pub fn record(&self, key: &str, replica: u64, lag: u64) {
+    /// Records the durable offset `replica` reported for fragment log `key` in a fetch.
+    pub fn record(&self, key: &str, replica: u64, durable: u64) {
         if let Ok(mut m) = self.0.write() {
             match m.get_mut(&(key.to_owned(), replica)) {
-                Some(entry) => *entry = (lag, std::time::Instant::now()),
+                Some(entry) => *entry = durable,
                 None => {
-                    m.insert((key.to_owned(), replica), (lag, std::time::Instant::now()));
+                    m.insert((key.to_owned(), replica), durable);
                 }
             }
         }
     }
 
-    /// The lags reported within [`REPLICA_LAG_TTL`]; older reports are dropped.
-    pub fn current(&self) -> Vec<((String, u64), u64)> {
-        let Ok(mut m) = self.0.write() else {
-            return Vec::new();
-        };
-        m.retain(|_, (_, at)| at.elapsed() < REPLICA_LAG_TTL);
-        m.iter().map(|(k, (lag, _))| (k.clone(), *lag)).collect()
+    /// `replica`'s last reported durable offset on `key`, if it fetched since this node led it.
+    pub fn reported(&self, key: &str, replica: u64) -> Option<u64> {
+        self.0.read().ok()?.get(&(key.to_owned(), replica)).copied()
+    }
+
+    /// Forgets every fragment log `keep` says no (ones this node no longer leads).
+    pub fn retain(&self, mut keep: impl FnMut(&str) -> bool) {
+        if let Ok(mut m) = self.0.write() {
+            m.retain(|(key, _), _| keep(key));
+        }
     }
 }
 

@@ -109,6 +109,7 @@ fn summary_json(tool: &str, fields: &[(&str, String)]) -> serde_json::Value {
     object.insert("tool".into(), tool.into());
     for (k, v) in fields {
         let value = match (v.parse::<u64>(), v.parse::<f64>()) {
+            _ if v == "true" || v == "false" => (v == "true").into(),
             (Ok(n), _) => n.into(),
             (_, Ok(x)) if x.is_finite() => x.into(),
             _ => v.as_str().into(),

@@ -75,6 +75,14 @@ pub fn effective(
         }
     };
     let mut out = Vec::new();
+    // Secrets are not printed (a terminal, a CI log).
+    let shown = |key: &str, value: String| {
+        if key == "http.admin_token" && !value.is_empty() {
+            "<hidden>".to_owned()
+        } else {
+            value
+        }
+    };
     for k in keys::KEYS {
         if k.name == "controller.quorum.N" {
             let mut voters: Vec<(u64, &String)> = merged
@@ -113,7 +121,7 @@ pub fn effective(
         };
         out.push(Effective {
             key: k.name.into(),
-            value,
+            value: shown(k.name, value),
             source,
             note: None,
         });
@@ -174,13 +182,17 @@ mod tests {
             "segment_size = 1048576   # 1 MiB\nbase_dir = \"/tmp/z\"\nwriter.replica.1 = x\nfoo = 1\n",
         )
         .expect("write");
-        let overrides = vec![("http.bind".to_owned(), "0.0.0.0:19644".to_owned())];
+        let overrides = vec![
+            ("http.bind".to_owned(), "0.0.0.0:19644".to_owned()),
+            ("http.admin_token".to_owned(), "s3cret".to_owned()),
+        ];
         let shown = effective(Some(&path), &overrides).expect("valid");
         let get = |key: &str| shown.iter().find(|e| e.key == key).expect(key).clone();
         assert_eq!(get("segment_size").value, "1048576");
         assert_eq!(get("segment_size").source, Source::File(path.clone()));
         assert_eq!(get("base_dir").value, "/tmp/z");
         assert_eq!(get("http.bind").source, Source::CommandLine);
+        assert_eq!(get("http.admin_token").value, "<hidden>");
         assert_eq!(get("http.advertise").value, "127.0.0.1:19644");
         assert_eq!(get("http.advertise").source, Source::Computed);
         assert_eq!(get("raft.dir").value, "/tmp/z/.raft");

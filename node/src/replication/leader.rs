@@ -235,7 +235,7 @@ impl Leader {
             .insert(req.replica, req.offset);
         self.counters
             .replica_lag
-            .record(&log_key, req.replica, written.saturating_sub(req.offset));
+            .record(&log_key, req.replica, req.offset);
         let key = (log_key, req.replica);
         if req.offset == written
             || isr
