@@ -16,7 +16,8 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// JSON output: the API's JSON for topics and cluster, one object per message for consume,
-    /// one object per reply for dolly, a summary object for produce, perf and config show.
+    /// one object per reply for dolly, a summary object for produce, perf and config show
+    /// (subscribe prints text).
     #[arg(long, global = true)]
     pub json: bool,
     /// What to do (default: run a node).
@@ -38,7 +39,7 @@ pub enum Command {
     /// Measure throughput and latency against a running node.
     #[command(subcommand)]
     Perf(perf::PerfCommand),
-    /// Topics through the HTTP admin API: list, create, describe, delete.
+    /// Topics through the HTTP admin API: list, create, describe, alter, delete.
     Topics {
         /// What to do.
         #[command(subcommand)]
@@ -56,7 +57,7 @@ pub enum Command {
         #[command(flatten)]
         target: dolly::DollyTarget,
     },
-    /// The cluster through the HTTP admin API: status, add-node, remove-node.
+    /// The cluster through the HTTP admin API: status, ready, add-node, remove-node.
     Cluster {
         /// What to do.
         #[command(subcommand)]

@@ -17,7 +17,7 @@ pub enum ClusterCommand {
     /// Exit 0 when this node is ready (`GET /v1/status/ready`: a member that knows a leader
     /// and has applied its log), else 1: a container health check.
     Ready,
-    /// Add a node as learner, then voter (run against the leader).
+    /// Add a node as learner, then voter (through any node: the leader does it).
     AddNode {
         /// The new node's id.
         #[arg(long)]
@@ -26,7 +26,7 @@ pub enum ClusterCommand {
         #[arg(long)]
         http: String,
     },
-    /// Remove a node from the voters (run against the leader).
+    /// Remove a node from the voters (through any node: the leader does it).
     RemoveNode {
         /// Node id.
         id: u64,

@@ -37,6 +37,30 @@ pub fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
     }
 }
 
+/// Hours for `--retain-hours`: a bare number of hours, or a duration in whole hours (`7days`,
+/// `36h`), as the `retain_hours` config key takes.
+///
+/// Errors: zero, a part of an hour, more than 2^32-1 hours, or not a duration.
+pub fn parse_hours(s: &str) -> Result<u32, String> {
+    let s = s.trim();
+    let hours = if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+        s.parse::<u64>()
+            .map_err(|_| format!("{s:?}: too many hours"))?
+    } else {
+        let d = humantime::parse_duration(s)
+            .map_err(|e| format!("invalid hours {s:?} ({e}): write e.g. 168, 36h or 7days"))?;
+        if d.as_secs() % 3600 != 0 || d.subsec_nanos() != 0 {
+            return Err(format!("{s:?} is not a whole number of hours"));
+        }
+        d.as_secs() / 3600
+    };
+    match u32::try_from(hours) {
+        Ok(0) => Err("at least 1 hour".into()),
+        Ok(h) => Ok(h),
+        Err(_) => Err(format!("{s:?}: too many hours")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -52,6 +76,16 @@ mod tests {
         for bad in ["", "xyz", "0s", "0", "-1s", "2 parsecs"] {
             let e = parse_duration(bad).expect_err(bad);
             assert!(e.contains("duration"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn hours_as_numbers_or_durations_in_whole_hours() {
+        assert_eq!(parse_hours("168"), Ok(168));
+        assert_eq!(parse_hours("7days"), Ok(168));
+        assert_eq!(parse_hours("36h"), Ok(36));
+        for bad in ["0", "90m", "soon", "99999999999"] {
+            assert!(parse_hours(bad).is_err(), "{bad}");
         }
     }
 

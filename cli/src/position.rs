@@ -131,11 +131,20 @@ pub fn start(client: &ReaderClient, from: From, fetch_size: u64) -> Result<u64> 
         From::Earliest => client.offset(Timestamp::Earliest)?,
         From::Latest => client.offset(Timestamp::Latest)?,
         From::Offset(n) => n,
-        // Segment granularity (§5.4): the last segment last written before the time (so a few
-        // earlier messages may show), the end if nothing was written since, or the earliest
-        // when every segment is newer.
+        // Segment granularity (§5.4): OFFSET names the last segment last written before the
+        // time (its messages are all older) or the readable end when no segment was written
+        // since; start at the segment after it, the first written at or after the time. The
+        // earliest when every segment is newer.
         From::Time(ms) => match offsets(client, Timestamp::At(ms.max(0)))? {
-            Some(o) => o[o.len() - 1],
+            Some(o) => {
+                let before = o[o.len() - 1];
+                let (starts, end) = segments(client)?;
+                if before >= end {
+                    end
+                } else {
+                    starts.into_iter().find(|s| *s > before).unwrap_or(end)
+                }
+            }
             None => client.offset(Timestamp::Earliest)?,
         },
         From::Last(n) => last_messages(client, n, fetch_size)?,

@@ -24,8 +24,8 @@ pub enum TopicsCommand {
         /// Copies of each fragment (default min(3, live nodes)).
         #[arg(long)]
         replication_factor: Option<u32>,
-        /// Retention in hours (default 168).
-        #[arg(long)]
+        /// Retention in hours, or a duration in whole hours such as `7days` (default 168).
+        #[arg(long, value_parser = crate::duration::parse_hours)]
         retain_hours: Option<u32>,
         /// Fragment policy: default or distribution.
         #[arg(long, value_parser = ["default", "distribution"])]
@@ -42,8 +42,8 @@ pub enum TopicsCommand {
     Alter {
         /// Topic name.
         name: String,
-        /// New retention in hours (>= 1).
-        #[arg(long)]
+        /// New retention: hours, or a duration in whole hours such as `7days`.
+        #[arg(long, value_parser = crate::duration::parse_hours)]
         retain_hours: u32,
     },
     /// Delete a topic.

@@ -1,57 +1,15 @@
 //! The CLI as Kafka, NATS and Redpanda users expect it (issue #15 "CLI"), through the real
 //! binary: positions (`--from -N`, times, offset errors with the valid range), JSON output,
-//! exact perf counts, Ctrl-C partial reports, unreachable endpoints named, completions,
-//! `config show`, plurals.
+//! completions, `config show`, topics alter and message counts, plurals, pipes. The perf tools
+//! are in `cli_perf.rs`.
 
 mod common;
 
-use std::io::Read;
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant, SystemTime};
+use std::process::Command;
+use std::time::{Duration, SystemTime};
 
+use common::run::*;
 use common::*;
-
-fn zper(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_zper"))
-        .args(args)
-        .output()
-        .expect("run zper")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// Runs zper with a watchdog: a run that does not end within `limit` is killed and fails the
-/// test (a hang is the bug these tests look for; the limit is far above the expected time).
-fn zper_bounded(args: &[&str], limit: Duration) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_zper"))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn zper");
-    let deadline = Instant::now() + limit;
-    while child.try_wait().expect("wait").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("zper {args:?} still running after {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    child.wait_with_output().expect("output")
-}
-
-/// The second column of `offset<TAB>id<TAB>text` lines: the texts.
-fn texts(out: &str) -> Vec<String> {
-    out.lines()
-        .map(|l| l.rsplit('\t').next().unwrap_or("").to_owned())
-        .collect()
-}
 
 #[test]
 fn from_takes_last_n_and_times_and_a_bad_offset_names_the_range_and_nearest_boundaries() {
@@ -182,198 +140,6 @@ fn json_output_for_produce_consume_dolly_and_perf_and_plurals_are_right() {
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).expect("perf JSON");
     assert_eq!(v["tool"], "consume");
     assert_eq!(v["messages"], 1);
-}
-
-/// The `key=value` field of a perf summary line.
-fn field(out: &str, key: &str) -> String {
-    out.split_whitespace()
-        .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
-        .unwrap_or_default()
-        .to_owned()
-}
-
-#[test]
-fn perf_tools_honour_n_exactly() {
-    let n = TestNode::start();
-    // 1001 over 2 threads: not a multiple, still exactly 1001.
-    let o = zper(&[
-        "perf", "produce", "-t", "exact", "-w", &n.writer, "-n", "1001", "-m", "1", "-c", "2",
-    ]);
-    assert!(o.status.success(), "{o:?}");
-    assert_eq!(field(&stdout(&o), "messages"), "1001", "{}", stdout(&o));
-    // Fewer than one FETCH (and one pushed batch) holds.
-    let o = zper(&[
-        "perf", "consume", "-t", "exact", "-r", &n.reader, "-n", "777",
-    ]);
-    assert!(o.status.success(), "{o:?}");
-    assert_eq!(field(&stdout(&o), "messages"), "777", "{}", stdout(&o));
-    let controller = &n.node().endpoints().controller;
-    let o = zper_bounded(
-        &[
-            "perf",
-            "subscribe",
-            "-t",
-            "exact",
-            "-C",
-            controller,
-            "-n",
-            "333",
-        ],
-        Duration::from_secs(120),
-    );
-    assert!(o.status.success(), "{o:?}");
-    assert_eq!(field(&stdout(&o), "messages"), "333", "{}", stdout(&o));
-    let o = zper(&[
-        "perf",
-        "subscribe",
-        "-t",
-        "exact",
-        "--fetch",
-        "-r",
-        &n.reader,
-        "-n",
-        "444",
-    ]);
-    assert!(o.status.success(), "{o:?}");
-    assert_eq!(field(&stdout(&o), "messages"), "444", "{}", stdout(&o));
-}
-
-#[test]
-fn an_unreachable_node_fails_within_the_timeout_naming_the_endpoint() {
-    let port = free_port();
-    let ep = format!("tcp://127.0.0.1:{port}");
-    let limit = Duration::from_secs(60);
-    for args in [
-        vec![
-            "perf",
-            "produce",
-            "-t",
-            "x",
-            "-w",
-            &ep,
-            "-n",
-            "10",
-            "--timeout",
-            "1s",
-        ],
-        vec![
-            "perf",
-            "produce",
-            "-t",
-            "x",
-            "-w",
-            &ep,
-            "-n",
-            "10",
-            "-m",
-            "2",
-            "--timeout",
-            "1s",
-        ],
-        vec![
-            "perf",
-            "consume",
-            "-t",
-            "x",
-            "-r",
-            &ep,
-            "-n",
-            "10",
-            "--timeout",
-            "1s",
-        ],
-        vec![
-            "consume",
-            "-t",
-            "x",
-            "-r",
-            &ep,
-            "--fragment",
-            "0",
-            "--timeout",
-            "1s",
-        ],
-        vec![
-            "produce",
-            "-t",
-            "x",
-            "-w",
-            &ep,
-            "-m",
-            "2",
-            "--timeout",
-            "1s",
-            "hi",
-        ],
-        vec!["dolly", "-e", &ep, "--timeout", "1s", "get", "k"],
-    ] {
-        let o = zper_bounded(&args, limit);
-        assert!(!o.status.success(), "{args:?}: {o:?}");
-        let err = stderr(&o);
-        assert!(
-            err.contains(&format!("127.0.0.1:{port}")),
-            "{args:?}: {err}"
-        );
-        assert!(
-            !err.contains("Resource temporarily unavailable"),
-            "{args:?}: {err}"
-        );
-    }
-}
-
-#[test]
-fn ctrl_c_prints_a_partial_perf_report_and_exits_130() {
-    let n = TestNode::start();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_zper"))
-        .args([
-            "perf",
-            "produce",
-            "-t",
-            "intr",
-            "-w",
-            &n.writer,
-            "-n",
-            "100000000",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn perf");
-    assert!(
-        eventually(
-            || std::fs::read_dir(n.dir.path().join("intr")).is_ok_and(|d| d.count() > 0)
-                && n.read_all("intr").len() > 10_000
-        ),
-        "perf produce wrote nothing"
-    );
-    let pid = child.id().to_string();
-    let kill = Command::new("kill")
-        .args(["-INT", &pid])
-        .status()
-        .expect("kill");
-    assert!(kill.success());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("perf produce did not stop after Ctrl-C");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .expect("stdout")
-        .read_to_string(&mut out)
-        .expect("read");
-    assert_eq!(status.code(), Some(130), "{out}");
-    assert_eq!(field(&out, "interrupted"), "true", "{out}");
-    let sent: u64 = field(&out, "messages").parse().expect("messages=");
-    assert!(sent > 0 && sent < 100_000_000, "{out}");
 }
 
 #[test]
@@ -511,7 +277,36 @@ fn topics_alter_changes_retention_through_raft_and_retention_uses_it() {
         &admin,
     ]);
     assert!(!o.status.success());
-    assert!(stderr(&o).contains("retain_hours"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("retain-hours"), "{}", stderr(&o));
+    let (status, body) = http(
+        "PATCH",
+        &admin,
+        "/v1/topics/old",
+        Some(r#"{"retain_hours":0}"#),
+    )
+    .expect("answer");
+    assert_eq!(status, 400, "the API refuses 0 hours too: {body}");
+    // Units, as the config key takes them.
+    let o = zper(&[
+        "topics",
+        "alter",
+        "old",
+        "--retain-hours",
+        "7days",
+        "--admin",
+        &admin,
+    ]);
+    assert!(stdout(&o).contains("retain_hours = 168"), "{o:?}");
+    let o = zper(&[
+        "topics",
+        "alter",
+        "old",
+        "--retain-hours",
+        "2",
+        "--admin",
+        &admin,
+    ]);
+    assert!(o.status.success(), "{o:?}");
     let o = zper(&[
         "topics",
         "alter",
@@ -576,33 +371,6 @@ fn topics_list_and_describe_show_message_counts_next_to_human_sizes() {
 }
 
 #[test]
-fn perf_shows_progress_on_a_terminal_and_none_in_a_pipe() {
-    let n = TestNode::start();
-    let bin = env!("CARGO_BIN_EXE_zper");
-    let cmd = format!("{bin} perf produce -t bar -w {} -n 300000", n.writer);
-    // `script` gives the command a pseudo-terminal, as a user's shell would.
-    let o = Command::new("script")
-        .args(["-qec", &cmd, "/dev/null"])
-        .output()
-        .expect("script (util-linux)");
-    assert!(o.status.success(), "{o:?}");
-    let tty = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        tty.contains("/300000"),
-        "a progress bar `pos/len` on the terminal: {tty:?}"
-    );
-    let o = zper(&[
-        "perf", "produce", "-t", "bar", "-w", &n.writer, "-n", "1000",
-    ]);
-    assert!(o.status.success(), "{o:?}");
-    assert!(
-        !stderr(&o).contains("/1000"),
-        "no bar in a pipe: {}",
-        stderr(&o)
-    );
-}
-
-#[test]
 fn a_subscriber_that_leaves_has_its_acknowledgements_committed_first() {
     let n = TestNode::start();
     let msgs: Vec<String> = (0..10).map(|i| format!("m{i}")).collect();
@@ -641,54 +409,6 @@ fn a_subscriber_that_leaves_has_its_acknowledgements_committed_first() {
 }
 
 #[test]
-fn ctrl_c_during_perf_consume_prints_a_partial_report() {
-    let n = TestNode::start();
-    let o = zper(&[
-        "perf", "produce", "-t", "slow", "-w", &n.writer, "-n", "200000", "-m", "1",
-    ]);
-    assert!(o.status.success(), "{o:?}");
-    // One message per FETCH: 200000 round trips, far longer than the half second before Ctrl-C.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_zper"))
-        .args([
-            "--json",
-            "perf",
-            "consume",
-            "-t",
-            "slow",
-            "-r",
-            &n.reader,
-            "-n",
-            "100000000",
-        ])
-        .args(["-s", "120"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn perf consume");
-    std::thread::sleep(Duration::from_millis(500));
-    let pid = child.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-INT", &pid])
-        .status()
-        .expect("kill")
-        .success());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().expect("wait").is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "perf consume did not stop after Ctrl-C"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let o = child.wait_with_output().expect("output");
-    assert_eq!(o.status.code(), Some(130), "{o:?}");
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("a JSON report");
-    assert_eq!(v["interrupted"], true, "{v}");
-    let read = v["messages"].as_u64().expect("messages");
-    assert!(read > 0 && read < 200_000, "{v}");
-}
-
-#[test]
 fn consume_into_a_pipe_that_closes_early_exits_quietly() {
     let n = TestNode::start();
     let o = zper(&[
@@ -707,4 +427,37 @@ fn consume_into_a_pipe_that_closes_early_exits_quietly() {
         .expect("bash");
     assert!(o.status.success(), "{o:?}");
     assert!(!stderr(&o).contains("Broken pipe"), "{}", stderr(&o));
+}
+
+#[test]
+fn from_a_time_starts_at_the_first_segment_written_since() {
+    // 20-byte segments: `[i][mi]` messages are 7 bytes, three to a segment.
+    let n = TestNode::start_with(|c| c.store.segment_size = 20);
+    let produce = |msgs: &[&str]| {
+        let mut args = vec!["produce", "-t", "timed", "-w", &n.writer, "-m", "2"];
+        args.extend(msgs);
+        assert!(zper(&args).status.success());
+    };
+    produce(&["m0", "m1", "m2", "m3", "m4"]); // segments [m0 m1 m2] [m3 m4 ...
+    std::thread::sleep(Duration::from_millis(50));
+    let t = humantime::format_rfc3339_millis(SystemTime::now()).to_string();
+    std::thread::sleep(Duration::from_millis(50));
+    produce(&["m5", "m6", "m7", "m8", "m9"]); // ... m5] [m6 m7 m8] [m9]
+    let o = zper(&[
+        "consume",
+        "-t",
+        "timed",
+        "-r",
+        &n.reader,
+        "--fragment",
+        "0",
+        "--from",
+        &t,
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    // The segment holding m3 m4 was written again after the time: it is where reading starts.
+    assert_eq!(
+        texts(&stdout(&o)),
+        ["m3", "m4", "m5", "m6", "m7", "m8", "m9"]
+    );
 }

@@ -80,6 +80,33 @@ fn describe(status: u8) -> String {
     }
 }
 
+/// Why subscribing failed.
+#[derive(Debug, Error)]
+pub enum SubscriberError {
+    /// A socket could not be made or used.
+    #[error("zmq: {0}")]
+    Zmq(#[from] zmq::Error),
+    /// No controller answered in time.
+    #[error("no answer from the controller within {0:?}")]
+    Timeout(std::time::Duration),
+    /// The controller refused: 101 unknown topic or not a member, 102 malformed, 0xFF the
+    /// metadata could not be written.
+    #[error("the controller answered status {status} ({})", describe_subscribe(*.status))]
+    Refused {
+        /// The status byte.
+        status: u8,
+    },
+}
+
+fn describe_subscribe(status: u8) -> &'static str {
+    match status {
+        101 => "unknown topic, or not a member",
+        102 => "malformed request: topic, group or id invalid",
+        0xFF => "the cluster metadata could not be written; retry",
+        _ => "unexpected status",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,13 +12,14 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use thiserror::Error;
 use zper_wire::controller::{ControllerReply, ControllerRequest, Member, SubscriptionInfo};
 use zper_wire::relay::{
     split_messages, AckRequest, PushedMessage, RelayReply, RelayRequest, ResultMessage,
     StreamRequest,
 };
 use zper_wire::Status;
+
+pub use crate::error::SubscriberError;
 
 /// How a subscriber joins and what it asks of its streams.
 #[derive(Debug, Clone)]
@@ -58,33 +59,6 @@ impl SubscriberOptions {
             timeout: Duration::from_secs(10),
             raw: false,
         }
-    }
-}
-
-/// Why subscribing failed.
-#[derive(Debug, Error)]
-pub enum SubscriberError {
-    /// A socket could not be made or used.
-    #[error("zmq: {0}")]
-    Zmq(#[from] zmq::Error),
-    /// No controller answered in time.
-    #[error("no answer from the controller within {0:?}")]
-    Timeout(Duration),
-    /// The controller refused: 101 unknown topic or not a member, 102 malformed, 0xFF the
-    /// metadata could not be written.
-    #[error("the controller answered status {status} ({})", describe(*.status))]
-    Refused {
-        /// The status byte.
-        status: u8,
-    },
-}
-
-fn describe(status: u8) -> &'static str {
-    match status {
-        101 => "unknown topic, or not a member",
-        102 => "malformed request: topic, group or id invalid",
-        0xFF => "the cluster metadata could not be written; retry",
-        _ => "unexpected status",
     }
 }
 
@@ -156,8 +130,7 @@ pub struct Subscriber {
     lease: Duration,
     next_keepalive: Instant,
     keepalive_sent: Option<Instant>,
-    /// Per fragment, the highest offset acknowledged and not yet confirmed (`ACKED`): leaving
-    /// waits for them, or the group would be handed its records again.
+    /// Per fragment, the highest offset acked and not yet confirmed (`ACKED`; leaving waits).
     unconfirmed: BTreeMap<u32, u64>,
 }
 
@@ -552,17 +525,14 @@ impl Subscriber {
         self.relay(relay)?.send_multipart(request.encode(), 0)
     }
 
-    /// Leaves the group (its fragments go to the other members at once), after the relays
-    /// confirmed the commits of every acknowledgement sent (for at most the timeout): leaving
-    /// first would let the group's offsets stay behind what this member processed, and the
-    /// next member would be handed those records again.
+    /// Leaves the group (its fragments go to the other members at once) once every ack sent
+    /// is confirmed (for at most 5 s), so the next member is not handed those records again.
     ///
     /// Errors: `Timeout`; `Refused(101)` when it was not a member any more.
     pub fn unsubscribe(mut self) -> Result<(), SubscriberError> {
         let drain_until = Instant::now() + self.opts.timeout.min(Duration::from_secs(5));
         while !self.unconfirmed.is_empty() && Instant::now() < drain_until {
-            // Records pushed meanwhile are not acknowledged: the group gets them again.
-            self.poll(Duration::from_millis(50))?;
+            self.poll(Duration::from_millis(50))?; // records pushed meanwhile go unacked
         }
         let request = ControllerRequest::Unsubscribe(self.member());
         let deadline = Instant::now() + self.opts.timeout;

@@ -15,7 +15,7 @@ pub struct ConsumeArgs {
     #[arg(long, short = 't')]
     pub topic: String,
     /// Reader endpoint (default: from --config, else 127.0.0.1:5556).
-    #[arg(long = "readerinfo", short = 'r')]
+    #[arg(long = "readerinfo", visible_alias = "reader", short = 'r')]
     pub reader: Option<String>,
     /// Stop after this many messages (or at the end of the log).
     #[arg(long, short = 'n', default_value_t = 1_000_000)]

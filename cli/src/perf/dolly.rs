@@ -17,7 +17,7 @@ use crate::duration::parse_duration;
 pub struct DollyPerfArgs {
     /// Dolly requests endpoints, comma-separated; DEALER i connects to endpoint i mod count
     /// (default: from --config, else 127.0.0.1:3266).
-    #[arg(long, short = 'e')]
+    #[arg(long, visible_alias = "endpoint", short = 'e')]
     pub endpoints: Option<String>,
     /// Requests in all.
     #[arg(long, short = 'n', default_value_t = 20_000)]

@@ -18,7 +18,7 @@ pub struct ProduceArgs {
     pub topic: String,
     /// Writer endpoints, comma-separated (`host:port` or `tcp://host:port`; default: from
     /// --config, else 127.0.0.1:5555).
-    #[arg(long = "writerinfo", short = 'w')]
+    #[arg(long = "writerinfo", visible_alias = "writer", short = 'w')]
     pub writer: Option<String>,
     /// Total messages (each thread sends messages / threads).
     #[arg(long, short = 'n', default_value_t = 1_000_000)]

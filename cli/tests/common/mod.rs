@@ -2,3 +2,5 @@
 #![allow(unused_imports)]
 
 pub use zper_testkit::*;
+
+pub mod run;
