@@ -55,6 +55,9 @@ pub struct SubscribeArgs {
     /// result (Pirius' retrievable pattern; producers listen with a RESULTS registration).
     #[arg(long)]
     pub result_suffix: Option<String>,
+    /// Give up on the controller after this long (`10s`, `500ms`, or a number of ms).
+    #[arg(long, default_value = "10s", value_parser = crate::duration::parse_duration)]
+    pub timeout: Duration,
     /// Leave the group when done (otherwise the session simply lapses after its lease).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub leave: bool,
@@ -97,6 +100,7 @@ pub fn run(args: SubscribeArgs, targets: &Endpoints) -> Result<()> {
     opts.max_batch = args.batch;
     opts.flush_ms = flush_ms;
     opts.window = args.window;
+    opts.timeout = args.timeout;
     let mut sub = Subscriber::subscribe(opts).with_context(|| {
         format!(
             "subscribing to {} as {}/{} through {}",

@@ -125,6 +125,19 @@ fn an_unreachable_node_fails_within_the_timeout_naming_the_endpoint() {
             "hi",
         ],
         vec!["dolly", "-e", &ep, "--timeout", "1s", "get", "k"],
+        vec![
+            "perf",
+            "subscribe",
+            "-t",
+            "x",
+            "-C",
+            &ep,
+            "-n",
+            "10",
+            "--timeout",
+            "1s",
+        ],
+        vec!["subscribe", "-t", "x", "-C", &ep, "--timeout", "1s"],
     ] {
         let o = zper_bounded(&args, limit);
         assert!(!o.status.success(), "{args:?}: {o:?}");

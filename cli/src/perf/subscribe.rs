@@ -49,6 +49,10 @@ pub struct SubscribePerfArgs {
     /// FETCH size, bytes.
     #[arg(long = "fetch-size", default_value_t = 1 << 20)]
     pub fetch_size: u64,
+    /// Give up on the controller or reader after this long (`10s`, `500ms`, or a number of
+    /// ms), naming the endpoint.
+    #[arg(long, default_value = "10s", value_parser = crate::duration::parse_duration)]
+    pub timeout: Duration,
 }
 
 /// One reader's result: messages, payload bytes, time.
@@ -69,7 +73,10 @@ fn push_reader(
     opts.max_batch = a.batch;
     opts.window = a.window;
     opts.raw = true; // parse records in place, as the FETCH reader does
-    let mut sub = Subscriber::subscribe(opts)?;
+    opts.timeout = a.timeout;
+    let joined = opts.controllers.join(",");
+    let mut sub =
+        Subscriber::subscribe(opts).map_err(|e| anyhow!("reader {i}: controller {joined}: {e}"))?;
     start.wait();
     let t0 = Instant::now();
     let (mut count, mut bytes) = (0u64, 0u64);
@@ -107,7 +114,7 @@ fn push_reader(
 
 fn fetch_reader(a: &SubscribePerfArgs, reader: &str, start: &Barrier) -> Result<Read> {
     let ctx = zmq::Context::new();
-    let client = ReaderClient::connect(&ctx, reader, &a.topic, Duration::from_secs(10))?;
+    let client = ReaderClient::connect(&ctx, reader, &a.topic, a.timeout)?;
     let offset = client.offset(Timestamp::Earliest)?;
     start.wait();
     let t0 = Instant::now();
