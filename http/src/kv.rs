@@ -206,10 +206,7 @@ async fn get_key(
             format!("key not found: {key}"),
         ));
     };
-    let (value, value_hex) = match String::from_utf8(record.value) {
-        Ok(s) => (Some(s), None),
-        Err(e) => (None, Some(hex(e.as_bytes()))),
-    };
+    let (value, value_hex) = text_or_hex(record.value);
     Ok(Json(Value {
         key,
         sequence: record.sequence,

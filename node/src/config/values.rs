@@ -87,13 +87,16 @@ pub(super) fn num(
     }
 }
 
-/// A duration key in milliseconds: a bare number of ms (ZPER's spelling) or a duration with
-/// units (`500ms`, `2s`, `1m 30s`; issue #15), at least `min` ms.
-pub(super) fn millis(
+/// A key that is a bare number (read by [`num`], in the key's old unit) or a duration with
+/// units that `convert` turns into that unit (`None`: out of range); `expected` is the error's
+/// description.
+fn number_or_duration(
     map: &HashMap<String, String>,
     key: &str,
     default: u64,
     min: u64,
+    convert: impl Fn(std::time::Duration) -> Option<u64>,
+    expected: String,
 ) -> Result<u64, ConfigError> {
     let Some(raw) = map.get(key) else {
         return Ok(default);
@@ -102,14 +105,32 @@ pub(super) fn millis(
     if v.bytes().all(|b| b.is_ascii_digit()) {
         return num(map, key, default, min);
     }
-    match humantime::parse_duration(v).map(|d| u64::try_from(d.as_millis())) {
-        Ok(Ok(ms)) if ms >= min && ms <= i32::MAX as u64 => Ok(ms),
-        _ => Err(bad(
-            key,
-            v,
-            format!("a number of ms or a duration such as 500ms or 2s, at least {min} ms"),
-        )),
-    }
+    humantime::parse_duration(v)
+        .ok()
+        .and_then(convert)
+        .ok_or_else(|| bad(key, v, expected))
+}
+
+/// A duration key in milliseconds: a bare number of ms (ZPER's spelling) or a duration with
+/// units (`500ms`, `2s`, `1m 30s`; issue #15), at least `min` ms.
+pub(super) fn millis(
+    map: &HashMap<String, String>,
+    key: &str,
+    default: u64,
+    min: u64,
+) -> Result<u64, ConfigError> {
+    number_or_duration(
+        map,
+        key,
+        default,
+        min,
+        |d| {
+            u64::try_from(d.as_millis())
+                .ok()
+                .filter(|ms| *ms >= min && *ms <= i32::MAX as u64)
+        },
+        format!("a number of ms or a duration such as 500ms or 2s, at least {min} ms"),
+    )
 }
 
 /// `retain_hours`: a bare number of hours (ZPER's spelling) or a duration with units that is a
@@ -119,23 +140,17 @@ pub(super) fn whole_hours(
     key: &str,
     default: u64,
 ) -> Result<u64, ConfigError> {
-    let Some(raw) = map.get(key) else {
-        return Ok(default);
-    };
-    let v = raw.trim();
-    if v.bytes().all(|b| b.is_ascii_digit()) {
-        return num(map, key, default, 1);
-    }
-    match humantime::parse_duration(v) {
-        Ok(d) if d.as_secs() >= 3600 && d.as_secs() % 3600 == 0 && d.subsec_nanos() == 0 => {
-            Ok(d.as_secs() / 3600)
-        }
-        _ => Err(bad(
-            key,
-            v,
-            "a number of hours or a duration in whole hours such as 168h or 7days",
-        )),
-    }
+    number_or_duration(
+        map,
+        key,
+        default,
+        1,
+        |d| {
+            let whole = d.as_secs() >= 3600 && d.as_secs() % 3600 == 0 && d.subsec_nanos() == 0;
+            whole.then_some(d.as_secs() / 3600)
+        },
+        "a number of hours or a duration in whole hours such as 168h or 7days".to_owned(),
+    )
 }
 
 pub(super) fn boolean(
