@@ -1,40 +1,73 @@
 #!/usr/bin/env bash
-# Raft under CPU load (issue #13): three nodes on loopback, LOAD_S seconds of CPU hogs (HOGS busy
-# loops on top of the nodes) and 16 concurrent metadata writers, once with the old Raft timing
-# (heartbeat 50 ms, election 300 ms) and once with the defaults (100 / 500). Prints, per
-# setting, the Raft term changes (each one an election: a healthy busy cluster should have 0)
-# and the replication RPC timeouts the nodes logged, then the ratio new / old.
-# Bounded: LOAD_S seconds per setting. ZPER_BIN=<binary> skips the release build.
+# The Raft group under a mixed load on a busy machine (issues #13, #16): three nodes on
+# loopback, HOGS busy loops on top of them, and for LOAD_S seconds at once
+#   - produce (perf produce, mode 2: acknowledged writes, replication factor 3),
+#   - Dolly Puts from 64 clients over the three nodes,
+#   - metadata churn (perf metadata: topic creates and deletes, 16 writers),
+# each in a loop until the time is up. Before and after, every node's /metrics gives the
+# counters the goal is stated in: zper_raft_leader_changes_total (goal 0), zper_raft_rpc_total
+# {event="timeout_append"|"timeout_vote"|"timeout_snapshot"} (goal 0; an RPC openraft gave up
+# on), {event="failed"} and the Raft term; and the Raft directory's size and RSS of each node
+# after the load and after IDLE_S seconds of rest; lease renewals that lapsed (goal 0) and the
+# smallest lease margin a renewal left (node.lease_ms minus the worst renewal delay).
+# Prints the deltas, one line per node.
+# Bounded: LOAD_S + IDLE_S seconds plus start-up. ZPER_BIN=<binary> skips the release build.
 set -euo pipefail
-LOAD_S=${LOAD_S:-60}
-HOGS=${HOGS:-4}
-run() {
-  (
-    PORT_BASE=27000
-    EXTRA_CONF="raft.heartbeat_ms = $1
-raft.election_timeout_ms = $2"
-    . "$(dirname "$0")/cluster.sh"
-    term() {
-      for i in 1 2 3; do curl -sf "http://$(admin "$i")/v1/raft" || echo '{}'; echo; done \
-        | python3 -c "import json,sys; print(max([json.loads(l).get('term',0) for l in sys.stdin if l.strip()] or [0]))"
-    }
-    for i in 1 2 3; do RUST_LOG=warn,openraft=warn start $i; done
-    wait_ready
-    before=$(term)
-    hogs=()
-    for _ in $(seq 1 "$HOGS"); do (while :; do :; done) & hogs+=($!); done
-    timeout "$LOAD_S" $Z perf metadata --admin "$(admin 1)" -n 1000000 -c 16 --prefix load >/dev/null 2>&1 || true
-    kill "${hogs[@]}" 2>/dev/null || true
-    after=$(term)
-    timeouts=$(cat "$dir"/n*.log | grep -ci "timeout" || true)
-    echo "heartbeat $1 ms, election $2 ms: term changes $((after - before)), RPC timeouts logged $timeouts"
-  )
-}
-old=$(run 50 300 | tail -1); echo "$old"
-new=$(run 100 500 | tail -1); echo "$new"
-python3 - "$old" "$new" <<'PY'
+LOAD_S=${LOAD_S:-300}
+IDLE_S=${IDLE_S:-30}
+HOGS=${HOGS:-2}
+PORT_BASE=27000
+. "$(dirname "$0")/cluster.sh"
+for i in 1 2 3; do start "$i"; done
+wait_ready
+dolly() { echo "tcp://127.0.0.1:$((PORT_BASE + 10 * $1 + 6))"; }
+# name=value pairs of one node's Raft counters.
+counters() {
+  curl -sf "http://$(admin "$1")/metrics" | python3 -c '
 import re, sys
-pat = r"term changes (-?\d+), RPC timeouts logged (\d+)"
-(o_terms, o_to), (n_terms, n_to) = (re.search(pat, a).groups() for a in sys.argv[1:3])
-print(f"term changes new/old: {n_terms}/{o_terms}; RPC timeouts new/old: {n_to}/{o_to}")
+want = {"zper_raft_leader_changes_total": "leader_changes", "zper_raft_term": "term",
+        "zper_node_lease_margin_min_seconds": "lease_margin_min_ms"}
+out = {}
+for line in sys.stdin:
+    m = re.match(r"(zper_raft_leader_changes_total|zper_raft_term|zper_raft_rpc_total|zper_node_lease_renewals_total|zper_node_lease_margin_min_seconds)(\{[^}]*\})? (\S+)", line)
+    if not m:
+        continue
+    name = want.get(m.group(1)) or re.search(r"(?:event|result)=\"(\w+)\"", m.group(2) or "").group(1)
+    scale = 1000 if name == "lease_margin_min_ms" else 1
+    out[name] = int(float(m.group(3)) * scale)
+print(" ".join(f"{k}={v}" for k, v in sorted(out.items())))'
+}
+usage() {
+  local raft_mb rss_mb
+  raft_mb=$(du -sm "$dir/n$1/.raft" | cut -f1)
+  rss_mb=$(( $(awk '/VmRSS/ {print $2}' "/proc/${pids[$1 - 1]}/status") / 1024 ))
+  echo "raft_dir_mb=$raft_mb rss_mb=$rss_mb"
+}
+declare -A before
+for i in 1 2 3; do before[$i]=$(counters "$i"); echo "node $i idle before: $(usage "$i")"; done
+hogs=()
+for _ in $(seq 1 "$HOGS"); do (while :; do :; done) & hogs+=($!); done
+end=$((SECONDS + LOAD_S))
+loop() { while [ $SECONDS -lt $end ]; do "$@" >/dev/null 2>&1 || sleep 0.2; done; }
+loop timeout $((LOAD_S + 5)) $Z perf produce -w "$(writer 1)" -t load -n 200000 -s 100 -c 2 -m 2 &
+p1=$!
+loop timeout $((LOAD_S + 5)) $Z perf dolly-put -e "$(dolly 1),$(dolly 2),$(dolly 3)" -n 50000 -c 64 --window 1 --keys 10000 &
+p2=$!
+loop timeout $((LOAD_S + 5)) $Z perf metadata --admin "$(admin 1)" -n 2000 -c 16 --prefix churn &
+p3=$!
+wait $p1 $p2 $p3 || true
+kill "${hogs[@]}" 2>/dev/null || true
+for i in 1 2 3; do echo "node $i after load: $(usage "$i")"; done
+sleep "$IDLE_S"
+for i in 1 2 3; do
+  after=$(counters "$i")
+  python3 - "$i" "${before[$i]}" "$after" "$(usage "$i")" <<'PY'
+import sys
+node, b, a, use = sys.argv[1:5]
+parse = lambda s: dict(kv.split("=") for kv in s.split())
+b, a = parse(b), parse(a)
+keys = ["leader_changes", "term", "timeout_append", "timeout_vote", "timeout_snapshot", "failed", "sent", "lapsed", "renewed"]
+print(f"node {node}: " + " ".join(f"{k}+{int(a.get(k, 0)) - int(b.get(k, 0))}" for k in keys)
+      + f" lease_margin_min_ms={a.get('lease_margin_min_ms', 'none')}; after rest: {use}")
 PY
+done

@@ -58,6 +58,7 @@ impl From<MetadataError> for ApiError {
             MetadataError::StaleEpoch { .. } => (StatusCode::CONFLICT, "stale_epoch"),
             MetadataError::DuplicateNodeId { .. } => (StatusCode::CONFLICT, "duplicate_node_id"),
             MetadataError::NotAssigned { .. } => (StatusCode::CONFLICT, "not_assigned"),
+            MetadataError::NestedBatch => (StatusCode::BAD_REQUEST, "nested_batch"),
             MetadataError::DollyPutExpired | MetadataError::DollyPutCancelled => {
                 (StatusCode::SERVICE_UNAVAILABLE, "put_not_applied")
             }

@@ -9,6 +9,8 @@ use axum::response::IntoResponse;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{Encoder, IntCounterVec, IntGauge, Opts, Registry, TextEncoder};
+use std::sync::atomic::Ordering::Relaxed;
+
 use zper_raft::ClusterNode;
 
 /// Raft metrics of one node: term, leader id, last log, commit and applied index, voters,
@@ -22,6 +24,20 @@ pub struct RaftCollector {
     applied: IntGauge,
     voters: IntGauge,
     proposals: IntCounterVec,
+    /// Outgoing Raft RPCs by event (`sent`, `failed`, `connected`, `timeout_append`, ...).
+    rpcs: IntCounterVec,
+    leader_changes: prometheus::IntCounter,
+    /// Lease renewals by result (`renewed`, `lapsed`).
+    lease_renewals: IntCounterVec,
+    /// Smallest margin a lease renewal left, seconds.
+    lease_margin: prometheus::Gauge,
+}
+
+/// Raises counter `c` to `value` (counters only go up; the source is a monotonic atomic).
+fn raise(c: &prometheus::IntCounter, value: u64) {
+    if value > c.get() {
+        c.inc_by(value - c.get());
+    }
 }
 
 /// The commit index as this node knows it: on the leader, the highest index stored on a
@@ -89,6 +105,33 @@ impl RaftCollector {
                 ),
                 &["result"],
             )?,
+            rpcs: IntCounterVec::new(
+                Opts::new(
+                    "zper_raft_rpc_total",
+                    "Raft RPCs this node sent, by event: sent, failed (connection refused, reset, \
+                     undecodable), connected (connections opened), timeout_append / timeout_vote / \
+                     timeout_snapshot (abandoned before the peer answered).",
+                ),
+                &["event"],
+            )?,
+            leader_changes: prometheus::IntCounter::new(
+                "zper_raft_leader_changes_total",
+                "Times the Raft leader this node knows changed (to another node or to none) \
+                 since it started.",
+            )?,
+            lease_renewals: IntCounterVec::new(
+                Opts::new(
+                    "zper_node_lease_renewals_total",
+                    "Renewals of this node's liveness lease that committed, by result: renewed \
+                     (before the lease ended), lapsed (after: the node was fenced meanwhile).",
+                ),
+                &["result"],
+            )?,
+            lease_margin: prometheus::Gauge::new(
+                "zper_node_lease_margin_min_seconds",
+                "Smallest part of the lease that was left when a renewal committed, seconds \
+                 (negative after a lapse; absent before the first renewal).",
+            )?,
         })
     }
 
@@ -108,6 +151,10 @@ impl Collector for RaftCollector {
     fn desc(&self) -> Vec<&Desc> {
         let mut d: Vec<&Desc> = self.all().into_iter().flat_map(|g| g.desc()).collect();
         d.extend(self.proposals.desc());
+        d.extend(self.rpcs.desc());
+        d.extend(self.leader_changes.desc());
+        d.extend(self.lease_renewals.desc());
+        d.extend(self.lease_margin.desc());
         d.extend(self.node.proposals.seconds.desc());
         d
     }
@@ -124,14 +171,44 @@ impl Collector for RaftCollector {
         self.commit.set(i(commit_index(&m)));
         let p = &self.node.proposals;
         for (result, counter) in [("committed", &p.committed), ("failed", &p.failed)] {
-            let c = self.proposals.with_label_values(&[result]);
-            let value = counter.load(std::sync::atomic::Ordering::Relaxed);
-            if value > c.get() {
-                c.inc_by(value - c.get());
-            }
+            raise(
+                &self.proposals.with_label_values(&[result]),
+                counter.load(Relaxed),
+            );
+        }
+        let t = &self.node.transport;
+        let mut events = vec![
+            ("sent", t.sent.load(Relaxed)),
+            ("failed", t.failures.load(Relaxed)),
+            ("connected", t.connects.load(Relaxed)),
+        ];
+        for (kind, n) in zper_raft::transport::RPC_KINDS.iter().zip(&t.timeouts) {
+            events.push((kind, n.load(Relaxed)));
+        }
+        for (event, value) in events {
+            let label = match event {
+                "append" | "vote" | "snapshot" => format!("timeout_{event}"),
+                other => other.to_owned(),
+            };
+            raise(&self.rpcs.with_label_values(&[label.as_str()]), value);
+        }
+        raise(&self.leader_changes, self.node.leader_changes.load(Relaxed));
+        let lease = &self.node.lease;
+        for (result, counter) in [("renewed", &lease.renewed), ("lapsed", &lease.lapsed)] {
+            raise(
+                &self.lease_renewals.with_label_values(&[result]),
+                counter.load(Relaxed),
+            );
         }
         let mut out: Vec<MetricFamily> = self.all().into_iter().flat_map(|g| g.collect()).collect();
+        if let Some(margin) = lease.min_margin() {
+            self.lease_margin.set(margin as f64 / 1000.0);
+            out.extend(self.lease_margin.collect());
+        }
+        out.extend(self.lease_renewals.collect());
         out.extend(self.proposals.collect());
+        out.extend(self.rpcs.collect());
+        out.extend(self.leader_changes.collect());
         out.extend(p.seconds.collect());
         out
     }

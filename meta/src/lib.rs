@@ -13,6 +13,7 @@
 //! them with this crate alone. `zper-raft` holds the openraft glue and re-exports this crate as
 //! `zper_raft::metadata`.
 
+mod bytes;
 mod commands;
 mod endpoints;
 pub mod placement;
@@ -273,8 +274,10 @@ pub enum Command {
     /// to propose it once `deadline_ms` has passed on its clock.
     DollyPut {
         /// Key (raw bytes).
+        #[serde(with = "bytes")]
         key: Vec<u8>,
         /// Value (raw bytes).
+        #[serde(with = "bytes")]
         value: Vec<u8>,
         /// The attempt's id (none: a plain, unguarded Put).
         #[serde(default)]
@@ -368,6 +371,10 @@ pub enum Command {
         /// Retention, hours (>= 1).
         retain_hours: u32,
     },
+    /// Several commands in one Raft entry (issue #16: one log write and one round trip for
+    /// many concurrent proposals), applied in order as if each had its own entry at this
+    /// index; each has its own result ([`Applied::Batch`]). A batch inside a batch is refused.
+    Batch(Vec<Command>),
 }
 
 /// What applying a command did.
@@ -394,6 +401,8 @@ pub enum Applied {
         #[serde(default)]
         revision: u64,
     },
+    /// The results of a [`Command::Batch`], one per command in its order.
+    Batch(Vec<CommandResult>),
 }
 
 /// Why a command was refused; the state is unchanged.
@@ -443,6 +452,9 @@ pub enum MetadataError {
         /// The command's epoch.
         given: u64,
     },
+    /// A [`Command::Batch`] inside a batch.
+    #[error("a batch cannot hold a batch")]
+    NestedBatch,
     /// A Dolly Put arrived at the Raft leader after its deadline (it was not proposed).
     #[error("dolly put arrived after its deadline")]
     DollyPutExpired,

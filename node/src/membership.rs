@@ -360,12 +360,43 @@ async fn watch_raft_core(node: ClusterNode) {
     }
 }
 
-/// Registers this node, then renews its lease every third of it.
+/// Renewals per lease: a renewal may take up to three quarters of a lease to commit before
+/// the lease ends (`zper_node_lease_margin_min_seconds` shows how much of it was used).
+const RENEWALS_PER_LEASE: u32 = 4;
+
+/// Sleeps `period`, or less: until this node learns of a new Raft leader. A new leader has just
+/// been elected, and renewals failed while there was none, so the lease is renewed at once
+/// rather than left to run low (the new leader waits half a lease before it expires any).
+async fn until_renewal(node: &ClusterNode, period: Duration) {
+    let mut rx = node.raft.metrics();
+    let leader = rx.borrow_and_update().current_leader;
+    let new_leader = async {
+        loop {
+            if rx.changed().await.is_err() {
+                return std::future::pending::<()>().await;
+            }
+            let now = rx.borrow_and_update().current_leader;
+            if now.is_some() && now != leader {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::time::sleep(period) => {}
+        _ = new_leader => {}
+    }
+}
+
+/// Registers this node, then renews its lease [`RENEWALS_PER_LEASE`] times per lease (and at
+/// once under a new Raft leader), recording each renewal's margin in `node.lease`.
 async fn register(node: ClusterNode, endpoints: NodeEndpoints, lease: Duration) {
     let lease_ms = lease.as_millis() as u64;
     let id = node.id;
+    let period = lease / RENEWALS_PER_LEASE;
     let mut registered = false;
     let mut last_refusal: Option<String> = None;
+    // When the lease granted by the last committed renewal ends, ms since the epoch.
+    let mut lease_until: Option<u64> = None;
     loop {
         // Only members register: a node not yet added, or removed, stays out of the metadata
         // (a removed node would otherwise re-register itself at its next heartbeat).
@@ -379,7 +410,8 @@ async fn register(node: ClusterNode, endpoints: NodeEndpoints, lease: Duration) 
             .is_some();
         if !member {
             registered = false;
-            tokio::time::sleep(lease / 3).await;
+            lease_until = None;
+            tokio::time::sleep(period).await;
             continue;
         }
         let now = now_ms();
@@ -400,6 +432,10 @@ async fn register(node: ClusterNode, endpoints: NodeEndpoints, lease: Duration) 
         };
         match node.propose(command).await {
             Ok(Ok(_)) => {
+                if let Some(until) = lease_until.filter(|_| registered) {
+                    node.lease.record(until, now_ms());
+                }
+                lease_until = Some(now.saturating_add(lease_ms));
                 registered = true;
                 last_refusal = None;
             }
@@ -416,7 +452,7 @@ async fn register(node: ClusterNode, endpoints: NodeEndpoints, lease: Duration) 
             }
             Err(e) => warn!(error = %e, "registration not committed"),
         }
-        tokio::time::sleep(lease / 3).await;
+        until_renewal(&node, period).await;
     }
 }
 

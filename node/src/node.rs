@@ -43,6 +43,8 @@ struct Bound {
     replica: zmq::Socket,
     relay: zmq::Socket,
     dolly: zmq::Socket,
+    dolly_updates: zmq::Socket,
+    dolly_snapshots: zmq::Socket,
 }
 
 impl Bound {
@@ -56,12 +58,20 @@ impl Bound {
             replica: replication::bind(zmq, config)?,
             relay: relay::bind(zmq, config)?,
             dolly: dolly::bind(zmq, config)?,
+            // Served by every node from its applied state (issue #16).
+            dolly_updates: crate::context::bind(
+                zmq,
+                zmq::PUB,
+                &config.dolly_updates_bind,
+                dolly::observers::updates_options,
+            )?,
+            dolly_snapshots: crate::context::bind(
+                zmq,
+                zmq::ROUTER,
+                &config.dolly_snapshots_bind,
+                dolly::observers::snapshots_options,
+            )?,
         };
-        // The leader-only Dolly endpoints: bound once here to check them and resolve `*`/0
-        // ports, then released until this node leads.
-        let updates = crate::context::bind(zmq, zmq::PUB, &config.dolly_updates_bind, |_| Ok(()))?;
-        let snapshots =
-            crate::context::bind(zmq, zmq::ROUTER, &config.dolly_snapshots_bind, |_| Ok(()))?;
         let endpoints = Endpoints {
             writer: bound_address(&bound.writer)?,
             reader: bound_address(&bound.reader)?,
@@ -70,8 +80,8 @@ impl Bound {
             replica: bound_address(&bound.replica)?,
             relay: bound_address(&bound.relay)?,
             dolly_requests: bound_address(&bound.dolly)?,
-            dolly_updates: bound_address(&updates)?,
-            dolly_snapshots: bound_address(&snapshots)?,
+            dolly_updates: bound_address(&bound.dolly_updates)?,
+            dolly_snapshots: bound_address(&bound.dolly_snapshots)?,
             http: String::new(),
         };
         Ok((bound, endpoints))
@@ -137,11 +147,11 @@ impl Node {
         threads.push(fetch::spawn(bound.reader, &nc)?.front);
         threads.push(control::controller::spawn(bound.controller, &nc)?);
         threads.push(relay::spawn(bound.relay, member.relay.clone(), &nc)?);
-        let binds = dolly::leader::Binds {
-            updates: endpoints.dolly_updates.clone(),
-            snapshots: endpoints.dolly_snapshots.clone(),
-        };
-        threads.extend(dolly::spawn(bound.dolly, binds, &nc)?);
+        threads.extend(dolly::spawn(
+            bound.dolly,
+            (bound.dolly_updates, bound.dolly_snapshots),
+            &nc,
+        )?);
         let (rstore, rstop, every) = (store.clone(), nc.stop(), config.retention_check);
         threads.push(crate::context::spawn("zper-retention", move || {
             retention(rstore, rstop, every, view)

@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use openraft::error::{ClientWriteError, InitializeError, RaftError};
 use openraft::{Config, Raft};
-use thiserror::Error;
 use tracing::info;
 
-use crate::metadata::{Command, CommandResult, MetadataError};
-use crate::network::HttpNetwork;
+pub use crate::error::ClusterError;
+use crate::metadata::{Applied, Command, CommandResult, MetadataError};
+use crate::transport::{StreamNetwork, TransportStats};
 use crate::{NodeEndpoints, NodeId, StateMachineStore, TypeConfig};
 
 /// Longest wait for a forwarded proposal, retries included.
@@ -67,61 +67,6 @@ impl ClusterConfig {
     }
 }
 
-/// Why a node's Raft could not start or a command could not commit.
-#[derive(Debug, Error)]
-pub enum ClusterError {
-    /// Storage failed to open.
-    #[error("raft storage: {0}")]
-    Storage(#[from] openraft::StorageError<NodeId>),
-    /// Invalid Raft timing settings.
-    #[error("raft config: {0}")]
-    Config(#[from] openraft::ConfigError),
-    /// The Raft core stopped.
-    #[error("raft stopped: {0}")]
-    Fatal(#[from] openraft::error::Fatal<NodeId>),
-    /// Initialization failed for another reason than "already initialized".
-    #[error("initialize: {0}")]
-    Initialize(String),
-    /// This node is not the leader; the leader is `leader` (if known), at `endpoints`.
-    #[error("not the leader; the leader is {}", leader.map_or("unknown (election in progress)".to_owned(), |l| format!("node {l}")))]
-    NotLeader {
-        /// Leader id, if known.
-        leader: Option<NodeId>,
-        /// Leader endpoints, if known.
-        endpoints: Option<NodeEndpoints>,
-    },
-    /// The write did not commit (membership change in progress, timeout, or similar).
-    #[error("write failed: {0}")]
-    Write(String),
-    /// The Raft data directory belongs to another node id (a changed `node.id`, or two nodes
-    /// sharing a directory): starting would give this node another node's votes and log.
-    #[error("raft dir {dir} belongs to node {stored}, not {configured}: keep node.id {stored}, or use another (empty) directory")]
-    IdMismatch {
-        /// The directory.
-        dir: PathBuf,
-        /// The id recorded in it.
-        stored: NodeId,
-        /// The configured id.
-        configured: NodeId,
-    },
-    /// The node id file could not be read or written.
-    #[error("raft dir {dir}: {source}")]
-    Io {
-        /// The directory.
-        dir: PathBuf,
-        /// The OS error.
-        source: std::io::Error,
-    },
-    /// A node to be added does not answer as the expected zper node.
-    #[error("node {id} unreachable: {why}")]
-    Unreachable {
-        /// The node id.
-        id: NodeId,
-        /// What the probe found.
-        why: String,
-    },
-}
-
 /// Name of the file in the Raft directory that records which node id owns it.
 pub const NODE_ID_FILE: &str = "NODE_ID";
 
@@ -165,17 +110,6 @@ fn claim_dir(dir: &std::path::Path, id: NodeId) -> Result<(), ClusterError> {
     }
 }
 
-fn membership_error(e: RaftError<NodeId, ClientWriteError<NodeId, NodeEndpoints>>) -> ClusterError {
-    match e {
-        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => ClusterError::NotLeader {
-            leader: f.leader_id,
-            endpoints: f.leader_node,
-        },
-        RaftError::APIError(e) => ClusterError::Write(e.to_string()),
-        RaftError::Fatal(f) => ClusterError::Fatal(f),
-    }
-}
-
 /// A running Raft member: the openraft handle and its state machine.
 #[derive(Clone)]
 pub struct ClusterNode {
@@ -191,7 +125,15 @@ pub struct ClusterNode {
     /// process): it registers with it, and leads fragments only once the metadata shows it
     /// (a restarted leader leads in a new leader epoch, issue #13).
     pub incarnation: u64,
-    http: reqwest::Client,
+    /// Counters of this node's outgoing Raft RPCs ([`crate::transport`]).
+    pub transport: Arc<TransportStats>,
+    /// Times the leader this node knows changed since it started (to another node or to
+    /// none): a healthy cluster under load has none after its first election.
+    pub leader_changes: Arc<AtomicU64>,
+    /// How close this node's liveness lease came to ending ([`crate::lease`]).
+    pub lease: Arc<crate::lease::LeaseStats>,
+    proposer: crate::batch::Proposer,
+    pub(crate) http: reqwest::Client,
 }
 
 /// Upper bounds of the proposal latency buckets, seconds (250 µs to ~8 s, doubling).
@@ -247,6 +189,32 @@ fn new_incarnation() -> u64 {
     }
 }
 
+/// Counts leader changes until the Raft instance stops: each time this node learns of a leader
+/// (or the same leader in a new term) after having known another one. The first leader it
+/// learns of after starting is not a change; an election in progress (no leader) is not
+/// counted until it ends.
+async fn count_leader_changes(
+    mut rx: tokio::sync::watch::Receiver<openraft::RaftMetrics<NodeId, NodeEndpoints>>,
+    changes: Arc<AtomicU64>,
+) {
+    let mut last: Option<(NodeId, u64)> = None;
+    loop {
+        let (leader, term) = {
+            let m = rx.borrow_and_update();
+            (m.current_leader, m.current_term)
+        };
+        if let Some(leader) = leader {
+            if last.is_some_and(|l| l != (leader, term)) {
+                changes.fetch_add(1, Ordering::Relaxed);
+            }
+            last = Some((leader, term));
+        }
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
 impl ClusterNode {
     /// Opens the storage, starts Raft and, if this node's log is empty and it is one of the
     /// initial voters, proposes the initial membership.
@@ -260,13 +228,17 @@ impl ClusterNode {
             election_timeout_max: config.election_timeout_ms * 2,
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_every),
             max_in_snapshot_log_to_keep: config.snapshot_every / 2,
+            // Bounds an AppendEntries frame (transport::MAX_FRAME_BYTES) when entries are
+            // command batches of up to a few MiB.
+            max_payload_entries: 64,
             ..Default::default()
         }
         .validate()?;
+        let transport = Arc::new(TransportStats::default());
         let raft = Raft::new(
             config.id,
             Arc::new(raft_config),
-            HttpNetwork::new(config.admin_token.as_deref()),
+            StreamNetwork::new(config.admin_token.as_deref(), transport.clone()),
             log,
             sm.clone(),
         )
@@ -282,14 +254,32 @@ impl ClusterNode {
                 Err(e) => return Err(ClusterError::Initialize(e.to_string())),
             }
         }
-        Ok(ClusterNode {
+        let leader_changes = Arc::new(AtomicU64::new(0));
+        tokio::spawn(count_leader_changes(raft.metrics(), leader_changes.clone()));
+        let (proposer, queue) = crate::batch::Proposer::start();
+        let node = ClusterNode {
+            leader_changes,
+            lease: Arc::default(),
             raft,
             state: sm,
             id: config.id,
             proposals: Arc::default(),
             incarnation: new_incarnation(),
+            transport,
+            proposer: crate::batch::Proposer::closed(),
             http: crate::network::http_client(config.admin_token.as_deref()),
-        })
+        };
+        // The proposer task's own handle has a closed proposer, so the task ends once every
+        // other handle is dropped.
+        let proposer_node = node.clone();
+        tokio::spawn(crate::batch::run(
+            move |command| {
+                let node = proposer_node.clone();
+                async move { node.propose_now(command).await }
+            },
+            queue,
+        ));
+        Ok(ClusterNode { proposer, ..node })
     }
 
     /// Proposes `command` (this node must be the leader) and waits for it to be applied.
@@ -297,22 +287,58 @@ impl ClusterNode {
     /// Errors: `NotLeader` with the leader's id and endpoints; `Write` when the entry cannot
     /// commit; `Fatal` when Raft stopped.
     pub async fn write(&self, command: Command) -> Result<CommandResult, ClusterError> {
-        if let Command::RegisterNode { id, endpoints, .. } = &command {
-            if let Some(refused) = self.check_registration(*id, endpoints) {
-                return Ok(Err(refused));
-            }
+        let Command::Batch(commands) = command else {
+            return match self.refusal(&command) {
+                Some(refused) => Ok(Err(refused)),
+                None => self.write_entry(command).await,
+            };
+        };
+        // Commands refused before proposing keep their place in the answer.
+        let mut results: Vec<Option<CommandResult>> =
+            commands.iter().map(|c| self.refusal(c).map(Err)).collect();
+        let mut send: Vec<Command> = commands
+            .into_iter()
+            .zip(&results)
+            .filter(|(_, r)| r.is_none())
+            .map(|(c, _)| c)
+            .collect();
+        let n = send.len();
+        let mut applied = match n {
+            0 => Vec::new(),
+            1 => vec![self.write_entry(send.remove(0)).await?],
+            _ => crate::batch::split(Ok(self.write_entry(Command::Batch(send)).await?), n)
+                .into_iter()
+                .collect::<Result<Vec<_>, _>>()?,
         }
-        if let Command::DollyPut {
-            request: Some(_),
-            deadline_ms,
-            ..
-        } = &command
-        {
+        .into_iter();
+        for slot in results.iter_mut().filter(|r| r.is_none()) {
+            *slot = applied.next();
+        }
+        Ok(Ok(Applied::Batch(
+            results
+                .into_iter()
+                .map(|r| r.unwrap_or(Err(MetadataError::NestedBatch)))
+                .collect(),
+        )))
+    }
+
+    /// Why `command` is refused before it is proposed, if it is: a registration the
+    /// membership does not allow, a guarded Dolly Put past its deadline, a nested batch.
+    fn refusal(&self, command: &Command) -> Option<MetadataError> {
+        match command {
+            Command::RegisterNode { id, endpoints, .. } => self.check_registration(*id, endpoints),
             // Its client has been answered (or is about to be) with an error: never log it.
-            if crate::dolly::now_ms() > *deadline_ms {
-                return Ok(Err(MetadataError::DollyPutExpired));
-            }
+            Command::DollyPut {
+                request: Some(_),
+                deadline_ms,
+                ..
+            } if crate::dolly::now_ms() > *deadline_ms => Some(MetadataError::DollyPutExpired),
+            _ => None,
         }
+    }
+
+    /// Proposes one entry and waits for it to be applied (see [`ClusterNode::write`]).
+    async fn write_entry(&self, command: Command) -> Result<CommandResult, ClusterError> {
         let started = std::time::Instant::now();
         let written = tokio::time::timeout(WRITE_TIMEOUT, self.raft.client_write(command))
             .await
@@ -369,13 +395,22 @@ impl ClusterNode {
         }
     }
 
-    /// Proposes `command` through the leader: locally when this node leads, else forwarded to
-    /// the leader's HTTP address (`PROPOSE_PATH`). While no leader is known (an election), it
-    /// retries every 100 ms for up to `FORWARD_TIMEOUT`.
+    /// Proposes `command` through the leader, batched with the other proposals of this node
+    /// that wait at the same moment ([`crate::batch`]): locally when this node leads, else
+    /// forwarded to the leader's HTTP address (`PROPOSE_PATH`). While no leader is known (an
+    /// election), it retries every 100 ms for up to `FORWARD_TIMEOUT`.
     ///
     /// Errors: as [`ClusterNode::write`]; `NotLeader` when no leader emerges in time; `Write`
     /// when the forward fails.
     pub async fn propose(&self, command: Command) -> Result<CommandResult, ClusterError> {
+        self.proposer.propose(command).await
+    }
+
+    /// [`ClusterNode::propose`] without batching: this one command (or batch) now.
+    pub(crate) async fn propose_now(
+        &self,
+        command: Command,
+    ) -> Result<CommandResult, ClusterError> {
         let deadline = tokio::time::Instant::now() + FORWARD_TIMEOUT;
         loop {
             let result = match self.write(command.clone()).await {
@@ -415,115 +450,6 @@ impl ClusterNode {
             .await
             .map_err(|e| ClusterError::Write(format!("leader reply: {e}")))?;
         result.map_err(ClusterError::Write)
-    }
-
-    /// Adds node `id` as a learner, waits (at most `CATCH_UP_TIMEOUT`) until it has replicated
-    /// the whole log, then promotes it to voter. Before touching the membership it checks that
-    /// a zper node with that id answers at `endpoints.http`, so a typo never makes a dead voter.
-    /// Must run on the leader.
-    ///
-    /// Errors: `Unreachable` when no such node answers (membership unchanged); `Write` when the
-    /// learner does not catch up in time (it is removed again) or a membership change is
-    /// already in progress; `NotLeader` on a follower.
-    pub async fn add_voter(
-        &self,
-        id: NodeId,
-        endpoints: NodeEndpoints,
-    ) -> Result<(), ClusterError> {
-        if self.leader() != Some(self.id) {
-            let leader = self.leader();
-            let endpoints = leader.and_then(|l| {
-                self.raft
-                    .metrics()
-                    .borrow()
-                    .membership_config
-                    .membership()
-                    .get_node(&l)
-                    .cloned()
-            });
-            return Err(ClusterError::NotLeader { leader, endpoints });
-        }
-        self.probe(id, &endpoints.http).await?;
-        self.raft
-            .add_learner(id, endpoints, false)
-            .await
-            .map_err(membership_error)?;
-        let target = self.raft.metrics().borrow().last_log_index.unwrap_or(0);
-        let mut rx = self.raft.metrics();
-        let caught_up = tokio::time::timeout(CATCH_UP_TIMEOUT, async {
-            loop {
-                let matched = rx
-                    .borrow()
-                    .replication
-                    .as_ref()
-                    .and_then(|r| r.get(&id).cloned().flatten())
-                    .map(|l| l.index);
-                if matched.is_some_and(|m| m >= target) {
-                    return;
-                }
-                if rx.changed().await.is_err() {
-                    return;
-                }
-            }
-        })
-        .await;
-        if caught_up.is_err() {
-            let _ = self
-                .raft
-                .change_membership(openraft::ChangeMembers::RemoveNodes([id].into()), false)
-                .await;
-            return Err(ClusterError::Write(format!(
-                "node {id} did not catch up within {} s; not added",
-                CATCH_UP_TIMEOUT.as_secs()
-            )));
-        }
-        self.raft
-            .change_membership(openraft::ChangeMembers::AddVoterIds([id].into()), false)
-            .await
-            .map_err(membership_error)?;
-        info!(id, "node added as voter");
-        Ok(())
-    }
-
-    /// Checks that the node at `http` answers and is node `id`.
-    async fn probe(&self, id: NodeId, http: &str) -> Result<(), ClusterError> {
-        let url = format!("http://{http}{}", crate::network::RAFT_STATE_PATH);
-        let unreachable = |why: String| ClusterError::Unreachable { id, why };
-        let resp = self
-            .http
-            .get(&url)
-            .timeout(Duration::from_secs(2))
-            .send()
-            .await
-            .map_err(|e| unreachable(format!("no zper node answers at {http}: {e}")))?;
-        let state: serde_json::Value = resp
-            .json()
-            .await
-            .map_err(|e| unreachable(format!("{http} is not a zper admin API: {e}")))?;
-        match state["id"].as_u64() {
-            Some(found) if found == id => Ok(()),
-            found => Err(unreachable(format!(
-                "the node at {http} has id {}, not {id}",
-                found.map_or("unknown".into(), |f| f.to_string())
-            ))),
-        }
-    }
-
-    /// Removes node `id` from the voters and learners, then from the metadata (its fragments
-    /// fail over). Must run on the leader.
-    ///
-    /// Errors: as [`ClusterNode::add_voter`].
-    pub async fn remove_voter(
-        &self,
-        id: NodeId,
-        now_ms: u64,
-    ) -> Result<CommandResult, ClusterError> {
-        self.raft
-            .change_membership(openraft::ChangeMembers::RemoveVoters([id].into()), false)
-            .await
-            .map_err(membership_error)?;
-        info!(id, "node removed from the voters");
-        self.write(Command::RemoveNode { id, now_ms }).await
     }
 
     /// The current leader, if known.

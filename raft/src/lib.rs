@@ -13,12 +13,18 @@
 // helpers would only add conversions at every trait boundary.
 #![allow(clippy::result_large_err)]
 
+mod batch;
 pub mod cluster;
 pub mod controller;
 pub mod dolly;
+mod election;
+mod error;
+pub mod lease;
 pub mod log_store;
+mod members;
 pub mod network;
 pub mod state_machine;
+pub mod transport;
 mod types;
 
 pub use cluster::{ClusterConfig, ClusterError, ClusterNode, ProposalStats};

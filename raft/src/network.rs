@@ -1,4 +1,5 @@
-//! Raft RPCs between nodes: JSON over HTTP POST to the peer's admin address (`NodeEndpoints::http`),
+//! Raft RPCs between nodes as older nodes speak them (the fallback of [`crate::transport`],
+//! which nodes use between themselves since issue #16): JSON over HTTP POST to the peer's admin address (`NodeEndpoints::http`),
 //! at `/raft/append`, `/raft/vote` and `/raft/snapshot`; the `zper-http` crate serves them. The
 //! remote answers `Result<Response, RaftError>` as JSON. Every call is bounded by openraft's
 //! per-RPC deadline, so a dead peer never blocks the Raft core (nor, being async on the tokio
@@ -71,6 +72,17 @@ pub struct HttpConnection {
     client: reqwest::Client,
     target: NodeId,
     node: NodeEndpoints,
+}
+
+impl HttpConnection {
+    /// A connection to `target` at `node` over `client`.
+    pub fn new(client: reqwest::Client, target: NodeId, node: NodeEndpoints) -> Self {
+        HttpConnection {
+            client,
+            target,
+            node,
+        }
+    }
 }
 
 impl RaftNetworkFactory<TypeConfig> for HttpNetwork {

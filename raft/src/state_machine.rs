@@ -15,7 +15,7 @@ use rocksdb::DB;
 use serde::{Deserialize, Serialize};
 
 use crate::log_store::{synced, CF_SNAPSHOT};
-use crate::metadata::{Applied, CommandResult, Metadata};
+use crate::metadata::{Applied, Command, CommandResult, Metadata, MetadataError};
 use crate::{NodeEndpoints, NodeId, TypeConfig};
 
 type StorageResult<T> = Result<T, StorageError<NodeId>>;
@@ -194,6 +194,26 @@ impl StateMachineStore {
     }
 }
 
+impl StateMachineStore {
+    /// Applies one (non-batch) command carried by the entry at `index`, publishing an applied
+    /// Dolly Put on the updates feed.
+    fn apply_one(&self, metadata: &mut Metadata, command: &Command, index: u64) -> CommandResult {
+        let before = metadata.dolly_sequence;
+        let result = metadata.apply_at(command, index);
+        if metadata.dolly_sequence != before {
+            if let Command::DollyPut { key, value, .. } = command {
+                // No receiver (no Dolly updates socket yet) is not an error.
+                let _ = self.dolly_feed.send(DollyUpdate {
+                    sequence: metadata.dolly_sequence,
+                    key: key.clone(),
+                    value: value.clone(),
+                });
+            }
+        }
+        result
+    }
+}
+
 impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
     async fn build_snapshot(&mut self) -> StorageResult<Snapshot<TypeConfig>> {
         let state = self.state();
@@ -243,21 +263,18 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             state.last_applied = Some(entry.log_id);
             out.push(match entry.payload {
                 EntryPayload::Blank => Ok(Applied::Done),
-                EntryPayload::Normal(ref command) => {
-                    let before = state.metadata.dolly_sequence;
-                    let result = state.metadata.apply_at(command, entry.log_id.index);
-                    if state.metadata.dolly_sequence != before {
-                        if let crate::metadata::Command::DollyPut { key, value, .. } = command {
-                            // No receiver (not the leader) is not an error.
-                            let _ = self.dolly_feed.send(DollyUpdate {
-                                sequence: state.metadata.dolly_sequence,
-                                key: key.clone(),
-                                value: value.clone(),
-                            });
-                        }
-                    }
-                    result
-                }
+                EntryPayload::Normal(ref command) => match command {
+                    Command::Batch(commands) => Ok(Applied::Batch(
+                        commands
+                            .iter()
+                            .map(|c| match c {
+                                Command::Batch(_) => Err(MetadataError::NestedBatch),
+                                c => self.apply_one(&mut state.metadata, c, entry.log_id.index),
+                            })
+                            .collect(),
+                    )),
+                    c => self.apply_one(&mut state.metadata, c, entry.log_id.index),
+                },
                 EntryPayload::Membership(ref m) => {
                     state.membership = StoredMembership::new(Some(entry.log_id), m.clone());
                     Ok(Applied::Done)

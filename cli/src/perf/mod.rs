@@ -11,6 +11,7 @@
 mod baseline;
 mod consume;
 mod dolly;
+mod etcd;
 mod metadata;
 mod produce;
 mod report;
@@ -38,6 +39,9 @@ pub enum PerfCommand {
     DollyPut(dolly::DollyPerfArgs),
     /// Dolly Gets/s and latency (of keys an earlier dolly-put wrote).
     DollyGet(dolly::DollyPerfArgs),
+    /// etcd v3 Puts/s and latency over gRPC, shaped as dolly-put (issue #16's side-by-side
+    /// benchmark, bench/etcd.sh).
+    EtcdPut(etcd::EtcdPerfArgs),
     /// Records/s pushed to K subscribers of a group (issue #7), or with --fetch read by K FETCH
     /// pollers: the same topic, every reader reads N messages.
     Subscribe(subscribe::SubscribePerfArgs),
@@ -56,6 +60,7 @@ pub fn run(cmd: PerfCommand, targets: &Endpoints) -> Result<()> {
         PerfCommand::DollyPut(a) => dolly::perf(a, zper_wire::dolly::Method::Put, targets),
         PerfCommand::DollyGet(a) => dolly::perf(a, zper_wire::dolly::Method::Get, targets),
         PerfCommand::Subscribe(a) => subscribe::run(a, targets),
+        PerfCommand::EtcdPut(a) => etcd::perf(a),
     };
     if report::interrupted() {
         use std::io::Write;

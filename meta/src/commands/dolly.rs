@@ -155,6 +155,40 @@ mod tests {
         );
     }
 
+    /// Issue #16: Puts sharing one entry (a batch) take consecutive sequences from its index,
+    /// and the next entry goes on from there; a batch in a batch is refused alone.
+    #[test]
+    fn puts_in_one_batch_take_consecutive_sequences_and_nested_batches_are_refused() {
+        let mut m = Metadata::default();
+        let put = |k: &[u8]| Command::DollyPut {
+            key: k.to_vec(),
+            value: b"v".to_vec(),
+            request: None,
+            deadline_ms: 0,
+        };
+        let batch = Command::Batch(vec![
+            put(b"a"),
+            Command::Batch(vec![put(b"nested")]),
+            put(b"b"),
+            put(b"a"),
+        ]);
+        assert_eq!(
+            m.apply_at(&batch, 20),
+            Ok(Applied::Batch(vec![
+                Ok(Applied::DollyPut { sequence: 20 }),
+                Err(MetadataError::NestedBatch),
+                Ok(Applied::DollyPut { sequence: 21 }),
+                Ok(Applied::DollyPut { sequence: 22 }),
+            ]))
+        );
+        assert!(!m.dolly.contains_key(b"nested".as_slice()));
+        assert_eq!(m.dolly[&b"a".to_vec()].sequence, 22);
+        assert_eq!(
+            m.apply_at(&put(b"c"), 21),
+            Ok(Applied::DollyPut { sequence: 23 })
+        );
+    }
+
     fn guarded_put(serial: u64, key: &[u8], deadline_ms: u64) -> Command {
         Command::DollyPut {
             key: key.to_vec(),

@@ -23,6 +23,15 @@ impl Metadata {
     /// Applies one command carried by the Raft entry at `index`.
     pub fn apply_at(&mut self, command: &Command, index: u64) -> CommandResult {
         match command {
+            Command::Batch(commands) => Ok(crate::Applied::Batch(
+                commands
+                    .iter()
+                    .map(|c| match c {
+                        Command::Batch(_) => Err(crate::MetadataError::NestedBatch),
+                        c => self.apply_at(c, index),
+                    })
+                    .collect(),
+            )),
             Command::DollyPut {
                 key,
                 value,

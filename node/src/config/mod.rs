@@ -228,7 +228,7 @@ pub struct ClusterSettings {
     pub voters: std::collections::BTreeMap<u64, String>,
     /// Raft data directory (`raft.dir`, default `<base_dir>/.raft`, which is not a topic name).
     pub raft_dir: Option<std::path::PathBuf>,
-    /// Lease of a node's liveness, renewed by heartbeats every third of it (`node.lease_ms`).
+    /// Lease of a node's liveness, ms, renewed every quarter of it (`node.lease_ms`).
     pub lease_ms: u64,
     /// Raft heartbeat interval (`raft.heartbeat_ms`).
     pub heartbeat_ms: u64,
@@ -249,7 +249,7 @@ impl Default for ClusterSettings {
             http_advertise: None,
             voters: Default::default(),
             raft_dir: None,
-            lease_ms: 1500,
+            lease_ms: 1000,
             heartbeat_ms: 100,
             election_timeout_ms: 500,
             admin_token: None,

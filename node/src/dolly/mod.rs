@@ -13,7 +13,7 @@
 //! - Anything malformed gets an `Error` reply when there is a routing identity to send it to;
 //!   the endpoint never stops (the original panicked or exited, §4, §5.7).
 
-pub(crate) mod leader;
+pub(crate) mod observers;
 pub mod peers;
 
 use std::collections::HashMap;
@@ -231,14 +231,13 @@ pub(crate) fn bind(zmq: &zmq::Context, config: &NodeConfig) -> Result<zmq::Socke
     })
 }
 
-/// Starts the requests thread over the bound ROUTER, and the thread that binds the updates PUB
-/// and snapshots ROUTER (`binds`, ports resolved) while this node leads Raft. Both end at
-/// shutdown.
+/// Starts the requests thread over the bound ROUTER, and the thread serving the bound updates
+/// PUB and snapshots ROUTER (`observers`) from this node's applied state. Both end at shutdown.
 ///
 /// Errors: the mailbox or a thread could not be created.
 pub(crate) fn spawn(
     router: zmq::Socket,
-    binds: leader::Binds,
+    observers: (zmq::Socket, zmq::Socket),
     nc: &NodeContext,
 ) -> Result<Vec<std::thread::JoinHandle<()>>, NodeError> {
     let ctx = Shared {
@@ -250,16 +249,12 @@ pub(crate) fn spawn(
     };
     let (mailbox, postbox) = nc.mailbox("dolly")?;
     let requests = crate::context::spawn("zper-dolly", move || run(router, ctx, mailbox, postbox))?;
-    let (zmq, cluster, counters, stop) = (
-        nc.zmq.clone(),
-        nc.cluster.clone(),
-        nc.counters.clone(),
-        nc.stop(),
-    );
-    let leader = crate::context::spawn("zper-dolly-leader", move || {
-        leader::run(zmq, binds, cluster, counters, stop)
+    let bound = observers::Bound::new(observers.0, observers.1, &nc.cluster);
+    let (cluster, counters, stop) = (nc.cluster.clone(), nc.counters.clone(), nc.stop());
+    let observers = crate::context::spawn("zper-dolly-feeds", move || {
+        observers::run(bound, cluster, counters, stop)
     })?;
-    Ok(vec![requests, leader])
+    Ok(vec![requests, observers])
 }
 
 /// Serves the requests ROUTER until shutdown. A Get from a connection with nothing in progress

@@ -1,13 +1,14 @@
-//! The Dolly leader's endpoints (issue #5, `dolly.md` §3, §5.1, §5.4): the updates PUB
-//! (`dolly.updates.bind`, default `tcp://*:3264`) and the snapshots ROUTER
-//! (`dolly.snapshots.bind`, default `tcp://*:3265`), bound only while this node is the Raft
-//! leader (which records itself as the Dolly leader in the metadata). When leadership moves the
-//! old leader unbinds them and the new one binds its own; observers find the leader with the
-//! controller's `LEADER` request or `GET /v1/brokers` (`dolly_leader: true`).
+//! Dolly's endpoints for observers and original Dolly replicas (issue #5, `dolly.md` §3, §5.1,
+//! §5.4): the updates PUB (`dolly.updates.bind`, default `tcp://*:3264`) and the snapshots
+//! ROUTER (`dolly.snapshots.bind`, default `tcp://*:3265`), served by **every** node from its
+//! own applied state (issue #16), so an original replica follows whichever peer it picks (the
+//! lowest pid of its peers.json) and an observer can follow any node. A follower's state and
+//! updates trail the leader's by its replication lag; both come in Raft order.
 //!
 //! - Updates: every Dolly Put applied here, in log order, as `[Put, sequence, key, value]`
 //!   (exactly the Put reply, §8). PUB drops for a subscriber that is too slow, as Dolly's did;
-//!   an observer detects a gap by the sequence and re-snapshots.
+//!   an observer detects a gap by the sequence and re-snapshots. A node that installs a Raft
+//!   snapshot (it was far behind) skips the Puts inside it: also a gap, also a re-snapshot.
 //! - Snapshots: `[Snapshot, any, "", ""]` is answered with one `[Put, key's sequence, key,
 //!   value]` per key (in key order) and `[Terminate, S, "", ""]`, S being the sequence of the
 //!   newest Put in it; any other request gets an `Error` reply (the original leader exited,
@@ -15,7 +16,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::broadcast::error::TryRecvError;
 use tracing::{debug, info, warn};
@@ -30,37 +31,43 @@ pub const UPDATES_HWM: i32 = 100_000;
 /// Longest a snapshot send may block on one observer, ms.
 const SNAPSHOT_SEND_TIMEOUT_MS: i32 = 1_000;
 
-/// Where the leader binds its endpoints (concrete endpoints: ports resolved at start).
-#[derive(Debug, Clone)]
-pub(crate) struct Binds {
-    pub(crate) updates: String,
-    pub(crate) snapshots: String,
-}
-
-struct Bound {
+/// The bound updates PUB and snapshots ROUTER, and the feed of applied Puts.
+pub(crate) struct Bound {
     updates: zmq::Socket,
     snapshots: zmq::Socket,
     feed: tokio::sync::broadcast::Receiver<DollyUpdate>,
 }
 
-fn bind(ctx: &zmq::Context, binds: &Binds, cluster: &ClusterNode) -> Result<Bound, zmq::Error> {
-    // Subscribe before anything can be served, so every Put applied after a snapshot is
-    // published.
-    let feed = cluster.state.dolly_updates();
-    let updates = ctx.socket(zmq::PUB)?;
-    updates.set_linger(0)?;
-    updates.set_sndhwm(UPDATES_HWM)?;
-    updates.bind(&binds.updates)?;
-    let snapshots = ctx.socket(zmq::ROUTER)?;
-    snapshots.set_linger(0)?;
-    snapshots.set_router_mandatory(true)?;
-    snapshots.set_sndtimeo(SNAPSHOT_SEND_TIMEOUT_MS)?;
-    snapshots.bind(&binds.snapshots)?;
-    Ok(Bound {
-        updates,
-        snapshots,
-        feed,
-    })
+/// Options of the updates PUB, set before it binds.
+///
+/// Errors: an option refused.
+pub(crate) fn updates_options(s: &zmq::Socket) -> Result<(), zmq::Error> {
+    s.set_sndhwm(UPDATES_HWM)
+}
+
+/// Options of the snapshots ROUTER, set before it binds.
+///
+/// Errors: an option refused.
+pub(crate) fn snapshots_options(s: &zmq::Socket) -> Result<(), zmq::Error> {
+    s.set_router_mandatory(true)?;
+    s.set_sndtimeo(SNAPSHOT_SEND_TIMEOUT_MS)
+}
+
+impl Bound {
+    /// Takes the bound sockets (`updates` PUB, `snapshots` ROUTER, bound with
+    /// [`updates_options`] and [`snapshots_options`]) and subscribes to the applied Puts
+    /// before anything can be served, so every Put applied after a snapshot is published.
+    pub(crate) fn new(
+        updates: zmq::Socket,
+        snapshots: zmq::Socket,
+        cluster: &ClusterNode,
+    ) -> Bound {
+        Bound {
+            updates,
+            snapshots,
+            feed: cluster.state.dolly_updates(),
+        }
+    }
 }
 
 fn publish(b: &mut Bound, counters: &Counters) {
@@ -134,63 +141,28 @@ fn serve_snapshot(b: &Bound, frames: Vec<Vec<u8>>, cluster: &ClusterNode, counte
     }
 }
 
-/// Runs until `stop`: binds the endpoints while this node leads, publishes applied Puts and
-/// serves snapshots.
+/// Runs until `stop`: publishes applied Puts and serves snapshots.
 pub(crate) fn run(
-    ctx: zmq::Context,
-    binds: Binds,
+    mut b: Bound,
     cluster: ClusterNode,
     counters: Arc<Counters>,
     stop: Arc<AtomicBool>,
 ) {
-    let mut bound: Option<Bound> = None;
-    let mut last_bind_error = Instant::now() - Duration::from_secs(60);
     while !stop.load(Ordering::Relaxed) {
-        // Leader in openraft's own state, not only as the last known leader: a restarted
-        // former leader may still name itself until it hears the current term.
-        let leading = cluster.is_leader();
-        match (bound.is_some(), leading) {
-            (false, true) => match bind(&ctx, &binds, &cluster) {
-                Ok(b) => {
-                    info!(updates = %binds.updates, snapshots = %binds.snapshots,
-                          "leading: bound dolly updates PUB and snapshots ROUTER");
-                    bound = Some(b);
-                }
-                Err(e) => {
-                    // The previous socket on the port may still be closing: retry.
-                    if last_bind_error.elapsed() > Duration::from_secs(5) {
-                        warn!(error = %e, updates = %binds.updates,
-                              snapshots = %binds.snapshots, "cannot bind dolly leader endpoints");
-                        last_bind_error = Instant::now();
-                    }
-                    std::thread::sleep(Duration::from_millis(50));
-                    continue;
-                }
-            },
-            (true, false) => {
-                bound = None;
-                info!("no longer leading: released dolly updates and snapshots endpoints");
-            }
-            _ => {}
-        }
-        let Some(b) = bound.as_mut() else {
-            std::thread::sleep(Duration::from_millis(20));
-            continue;
-        };
-        publish(b, &counters);
+        publish(&mut b, &counters);
         match b.snapshots.poll(zmq::POLLIN, 5) {
             Ok(n) if n > 0 => {
                 if let Ok(frames) = b.snapshots.recv_multipart(zmq::DONTWAIT) {
                     // Publish what was applied before the snapshot is read: the observer drops
                     // those as already included (§5.4 step 5).
-                    publish(b, &counters);
-                    serve_snapshot(b, frames, &cluster, &counters);
+                    publish(&mut b, &counters);
+                    serve_snapshot(&b, frames, &cluster, &counters);
                 }
             }
             Ok(_) => {}
             Err(e) => {
                 warn!(error = %e, "dolly snapshots poll failed");
-                bound = None;
+                std::thread::sleep(Duration::from_millis(100));
             }
         }
     }

@@ -1,0 +1,200 @@
+//! Issue #16: the Raft transport (a persistent binary stream opened as an HTTP upgrade on the
+//! admin port) and batched proposals, on three members in one process over 127.0.0.1.
+
+mod common;
+
+use common::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use zper_raft::metadata::{Applied, Command, FragmentPolicy};
+use zper_raft::transport::{read_frame, RpcResponse, PROTOCOL, STREAM_PATH};
+
+fn create(name: &str) -> Command {
+    Command::CreateTopic {
+        name: name.into(),
+        fragments: Some(1),
+        replication_factor: Some(1),
+        retain_hours: None,
+        policy: FragmentPolicy::Default,
+        now_ms: 1_000,
+    }
+}
+
+/// Registers the three members with a long lease, so topics can be placed.
+async fn register_all(c: &Cluster) {
+    for id in 1..=3u64 {
+        c.node(c.leader())
+            .write(Command::RegisterNode {
+                id,
+                endpoints: c.voters[&id].clone(),
+                now_ms: 1_000,
+                lease_ms: u64::MAX / 4,
+                incarnation: 0,
+            })
+            .await
+            .expect("commits")
+            .expect("registers");
+    }
+}
+
+/// Opens a connection and sends an upgrade request with `headers`; returns the connection and
+/// the answer's head.
+async fn upgrade(http: &str, headers: &str) -> (TcpStream, String) {
+    let mut s = TcpStream::connect(http.trim_start_matches("http://"))
+        .await
+        .expect("connect");
+    let req =
+        format!("POST {STREAM_PATH} HTTP/1.1\r\nHost: x\r\n{headers}Content-Length: 0\r\n\r\n");
+    s.write_all(req.as_bytes()).await.expect("write");
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if s.read(&mut byte).await.expect("read") == 0 {
+            break;
+        }
+        head.push(byte[0]);
+    }
+    (s, String::from_utf8_lossy(&head).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_replicate_over_the_stream_and_it_refuses_what_it_cannot_read() {
+    let c = Cluster::start(3).await;
+    let leader = c.leader();
+    register_all(&c).await;
+    for i in 0..5 {
+        c.node(leader)
+            .write(create(&format!("t{i}")))
+            .await
+            .expect("commits")
+            .expect("applies");
+    }
+    assert!(
+        eventually(|| c.converged()).await,
+        "followers apply over the stream"
+    );
+    let t = &c.node(leader).transport;
+    use std::sync::atomic::Ordering::Relaxed;
+    assert!(
+        t.connects.load(Relaxed) >= 2,
+        "one stream per follower at least"
+    );
+    assert!(t.sent.load(Relaxed) > 5);
+
+    let http = c.http(c.follower());
+    // Not an upgrade: 400 with a JSON body naming the header.
+    let (_, head) = upgrade(&http, "").await;
+    assert!(head.starts_with("HTTP/1.1 400"), "{head}");
+    // An upgrade, then a frame that is not MessagePack of a request: answered Refused, closed.
+    let (mut s, head) = upgrade(
+        &http,
+        &format!("Connection: Upgrade\r\nUpgrade: {PROTOCOL}\r\n"),
+    )
+    .await;
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    s.write_all(&[0, 0, 0, 3, 0xc1, 0xc1, 0xc1])
+        .await
+        .expect("write");
+    match read_frame::<_, RpcResponse>(&mut s).await {
+        Ok(Some(RpcResponse::Refused(why))) => assert!(why.contains("undecodable"), "{why}"),
+        other => panic!("expected Refused, got {other:?}"),
+    }
+    assert!(read_frame::<_, RpcResponse>(&mut s)
+        .await
+        .expect("clean close")
+        .is_none());
+    // A length over the limit is refused before anything is read into memory.
+    let (mut s, _) = upgrade(
+        &http,
+        &format!("Connection: Upgrade\r\nUpgrade: {PROTOCOL}\r\n"),
+    )
+    .await;
+    s.write_all(&u32::MAX.to_be_bytes()).await.expect("write");
+    match read_frame::<_, RpcResponse>(&mut s).await {
+        Ok(Some(RpcResponse::Refused(why))) => assert!(why.contains("over the limit"), "{why}"),
+        other => panic!("expected Refused, got {other:?}"),
+    }
+    // The cluster is unharmed.
+    c.node(c.leader())
+        .write(create("after"))
+        .await
+        .expect("commits")
+        .expect("applies");
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stream_needs_the_admin_token_like_every_mutating_request() {
+    let c = Cluster::start_with_token(3, Some("s3cret")).await;
+    // The members elected a leader, so their streams carry the token; a stranger's does not.
+    let http = c.http(c.follower());
+    let (_, head) = upgrade(
+        &http,
+        &format!("Connection: Upgrade\r\nUpgrade: {PROTOCOL}\r\n"),
+    )
+    .await;
+    assert!(head.starts_with("HTTP/1.1 401"), "{head}");
+    let (_, head) = upgrade(
+        &http,
+        &format!("Connection: Upgrade\r\nUpgrade: {PROTOCOL}\r\nAuthorization: Bearer s3cret\r\n"),
+    )
+    .await;
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    c.stop().await;
+}
+
+/// Concurrent proposals share Raft entries: 300 topic creates at once, through the leader and
+/// a follower, each get their own result, and the log grows by far fewer than 300 entries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_proposals_share_entries_and_keep_their_own_results() {
+    let c = Cluster::start(3).await;
+    let (leader, follower) = (c.leader(), c.follower());
+    register_all(&c).await;
+    let before = c
+        .node(leader)
+        .raft
+        .metrics()
+        .borrow()
+        .last_log_index
+        .unwrap_or(0);
+    let mut tasks = Vec::new();
+    for i in 0..300 {
+        let node = c.node(if i % 2 == 0 { leader } else { follower });
+        // Every tenth is a duplicate of the one before: refused on its own, the rest apply.
+        let name = if i % 10 == 9 {
+            format!("b{}", i - 2)
+        } else {
+            format!("b{i}")
+        };
+        tasks.push(tokio::spawn(
+            async move { node.propose(create(&name)).await },
+        ));
+    }
+    let (mut created, mut refused) = (0, 0);
+    for t in tasks {
+        match t.await.expect("task").expect("commits") {
+            Ok(Applied::Topic(_)) => created += 1,
+            Err(e) => {
+                assert!(e.to_string().contains("exists"), "{e}");
+                refused += 1
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!((created, refused), (270, 30));
+    let after = c
+        .node(leader)
+        .raft
+        .metrics()
+        .borrow()
+        .last_log_index
+        .unwrap_or(0);
+    assert!(
+        after - before < 150,
+        "300 proposals took {} entries",
+        after - before
+    );
+    assert!(eventually(|| c.converged()).await);
+    assert_eq!(c.node(follower).state.metadata().topics.len(), 270);
+    c.stop().await;
+}
