@@ -24,8 +24,14 @@ use tracing::info;
 
 use crate::{ClusterNode, NodeId};
 
-/// Longest wait for the connect that tells a dead leader from a live one.
+/// Longest wait for one connect that tells a dead leader from a live one.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(200);
+/// Connects tried, `PROBE_EVERY` apart: a killed process's connections may close before its
+/// listening socket does (the kernel closes its files one by one), so one early connect can
+/// still be accepted.
+const PROBES: u32 = 8;
+/// Between two connects.
+const PROBE_EVERY: Duration = Duration::from_millis(25);
 /// Between rank 0's elections: long enough for the other survivors to have started theirs.
 const RANK0_RETRY: Duration = Duration::from_millis(40);
 /// Elections rank 0 starts, at most.
@@ -89,7 +95,20 @@ impl ClusterNode {
             )
         };
         let Some(addr) = addr else { return };
-        let refused = refused(&addr).await;
+        let mut gone = false;
+        for probe in 0..PROBES {
+            if probe > 0 {
+                tokio::time::sleep(PROBE_EVERY).await;
+            }
+            if self.leader() != Some(from) {
+                return;
+            }
+            if refused(&addr).await {
+                gone = true;
+                break;
+            }
+        }
+        let refused = gone;
         let Verdict::Elect { elections } = verdict(self.leader() == Some(from), refused, rank)
         else {
             return;
