@@ -402,8 +402,16 @@ impl ClusterNode {
     ///
     /// Errors: as [`ClusterNode::write`]; `NotLeader` when no leader emerges in time; `Write`
     /// when the forward fails.
+    ///
+    /// Lease renewals and registrations skip the batch queue (they go alone, at once): a
+    /// renewal must not wait behind a burst of Dolly Puts until its lease has run out.
     pub async fn propose(&self, command: Command) -> Result<CommandResult, ClusterError> {
-        self.proposer.propose(command).await
+        match command {
+            Command::Heartbeat { .. } | Command::RegisterNode { .. } => {
+                self.propose_now(command).await
+            }
+            other => self.proposer.propose(other).await,
+        }
     }
 
     /// [`ClusterNode::propose`] without batching: this one command (or batch) now.

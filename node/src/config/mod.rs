@@ -250,8 +250,8 @@ impl Default for ClusterSettings {
             voters: Default::default(),
             raft_dir: None,
             lease_ms: 1000,
-            heartbeat_ms: 100,
-            election_timeout_ms: 500,
+            heartbeat_ms: 200,
+            election_timeout_ms: 1000,
             admin_token: None,
         }
     }

@@ -58,7 +58,7 @@ fn bad_values_name_the_key() {
         ),
         ("node.id = 0", "node.id"),
         ("http.bind = 9644", "http.bind"),
-        ("raft.heartbeat_ms = 500", "raft.election_timeout_ms"),
+        ("raft.heartbeat_ms = 1000", "raft.election_timeout_ms"),
         ("acks = some", "acks"),
         ("min_insync = 0", "min_insync"),
         ("replica.lag_ms = soon", "replica.lag_ms"),
