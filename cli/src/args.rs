@@ -97,7 +97,7 @@ mod tests {
         ('w', "writer endpoint", &["writer", "writerinfo"]),
         ('r', "reader endpoint", &["reader", "readerinfo"]),
         ('C', "controller endpoints", &["controller"]),
-        ('e', "Dolly endpoint(s)", &["endpoint", "endpoints"]),
+        ('e', "Dolly (or etcd) endpoint(s)", &["endpoint", "endpoints"]),
         ('p', "Dolly peers file", &["peers"]),
         (
             'n',
@@ -107,7 +107,7 @@ mod tests {
         (
             'c',
             "concurrency (threads, sockets, writers)",
-            &["threads", "dealers", "concurrency"],
+            &["threads", "dealers", "concurrency", "clients"],
         ),
         (
             's',

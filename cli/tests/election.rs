@@ -29,15 +29,22 @@ fn next_leader(c: &TestCluster, via: u64, old: u64, limit: Duration) -> Option<(
     found.map(|l| (l, Instant::now()))
 }
 
+/// A cluster with slow timers, its Raft leader and another node.
+fn start() -> (TestCluster, u64, u64) {
+    let c = TestCluster::start_with(SLOW_TIMERS);
+    let mut leader = None;
+    eventually_within(Duration::from_secs(20), || {
+        leader = raft_leader(&c.http(1));
+        leader.is_some()
+    });
+    let old = leader.expect("a leader");
+    let survivor = (1..=3).find(|n| *n != old).expect("survivor");
+    (c, old, survivor)
+}
+
 #[test]
 fn a_killed_leader_is_replaced_before_any_election_timer_fires() {
-    let mut c = TestCluster::start_with(SLOW_TIMERS);
-    assert!(eventually_within(Duration::from_secs(20), || raft_leader(
-        &c.http(1)
-    )
-    .is_some()));
-    let old = raft_leader(&c.http(1)).expect("leader");
-    let survivor = (1..=3).find(|n| *n != old).expect("survivor");
+    let (mut c, old, survivor) = start();
     let killed = Instant::now();
     c.node(old).kill9();
     let (new, at) = next_leader(&c, survivor, old, Duration::from_secs(4))
@@ -63,13 +70,7 @@ fn a_killed_leader_is_replaced_before_any_election_timer_fires() {
 
 #[test]
 fn a_paused_leader_is_left_to_the_election_timers() {
-    let mut c = TestCluster::start_with(SLOW_TIMERS);
-    assert!(eventually_within(Duration::from_secs(20), || raft_leader(
-        &c.http(1)
-    )
-    .is_some()));
-    let old = raft_leader(&c.http(1)).expect("leader");
-    let survivor = (1..=3).find(|n| *n != old).expect("survivor");
+    let (mut c, old, survivor) = start();
     c.node(old).pause();
     let next = next_leader(&c, survivor, old, Duration::from_secs(40));
     c.node(old).resume();

@@ -113,10 +113,10 @@ pub fn perf(a: DollyPerfArgs, method: Method, targets: &Endpoints) -> Result<()>
             ("window", a.window.to_string()),
             ("seconds", format!("{elapsed:.3}")),
             ("per_second", format!("{:.0}", ok / elapsed)),
-            ("p50_ms", format!("{:.3}", latencies.ms(0.50))),
-            ("p99_ms", format!("{:.3}", latencies.ms(0.99))),
-            ("max_ms", format!("{:.3}", latencies.ms(1.0))),
-        ],
+        ]
+        .into_iter()
+        .chain(latencies.fields())
+        .collect::<Vec<_>>(),
     );
     if let Some(e) = last_error {
         eprintln!("last error reply: {e}");

@@ -239,10 +239,10 @@ pub fn perf(a: EtcdPerfArgs) -> Result<()> {
                 "per_second",
                 format!("{:.0}", latencies.len() as f64 / elapsed),
             ),
-            ("p50_ms", format!("{:.3}", latencies.ms(0.50))),
-            ("p99_ms", format!("{:.3}", latencies.ms(0.99))),
-            ("max_ms", format!("{:.3}", latencies.ms(1.0))),
-        ],
+        ]
+        .into_iter()
+        .chain(latencies.fields())
+        .collect::<Vec<_>>(),
     );
     if let Some(e) = last_error {
         eprintln!("last error: {e}");

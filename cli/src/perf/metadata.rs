@@ -114,17 +114,17 @@ pub fn run(a: MetadataArgs, targets: &Endpoints) -> Result<()> {
                 "commits_per_s",
                 format!("{:.0}", committed as f64 / elapsed),
             ),
-            ("p50_ms", format!("{:.3}", latencies.ms(0.50))),
-            ("p99_ms", format!("{:.3}", latencies.ms(0.99))),
-            ("max_ms", format!("{:.3}", latencies.ms(1.0))),
-            (
-                "first_commit_ms",
-                format!(
-                    "{:.1}",
-                    first.map_or(0.0, |f| (f - start).as_secs_f64() * 1000.0)
-                ),
+        ]
+        .into_iter()
+        .chain(latencies.fields())
+        .chain([(
+            "first_commit_ms",
+            format!(
+                "{:.1}",
+                first.map_or(0.0, |f| (f - start).as_secs_f64() * 1000.0)
             ),
-        ],
+        )])
+        .collect::<Vec<_>>(),
     );
     Ok(())
 }

@@ -78,6 +78,15 @@ impl Latencies {
         self.0.len()
     }
 
+    /// The summary fields `p50_ms`, `p99_ms` and `max_ms` (ms, 3 decimals).
+    pub(crate) fn fields(&self) -> [(&'static str, String); 3] {
+        [
+            ("p50_ms", format!("{:.3}", self.ms(0.50))),
+            ("p99_ms", format!("{:.3}", self.ms(0.99))),
+            ("max_ms", format!("{:.3}", self.ms(1.0))),
+        ]
+    }
+
     /// The `p` quantile (0..=1), in ms (0 when empty).
     pub(crate) fn ms(&self, p: f64) -> f64 {
         if self.0.is_empty() {
