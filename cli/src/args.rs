@@ -97,7 +97,11 @@ mod tests {
         ('w', "writer endpoint", &["writer", "writerinfo"]),
         ('r', "reader endpoint", &["reader", "readerinfo"]),
         ('C', "controller endpoints", &["controller"]),
-        ('e', "Dolly (or etcd) endpoint(s)", &["endpoint", "endpoints"]),
+        (
+            'e',
+            "Dolly (or etcd) endpoint(s)",
+            &["endpoint", "endpoints"],
+        ),
         ('p', "Dolly peers file", &["peers"]),
         (
             'n',
