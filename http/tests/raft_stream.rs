@@ -150,13 +150,15 @@ async fn concurrent_proposals_share_entries_and_keep_their_own_results() {
     let c = Cluster::start(3).await;
     let (leader, follower) = (c.leader(), c.follower());
     register_all(&c).await;
-    let before = c
-        .node(leader)
-        .raft
-        .metrics()
-        .borrow()
-        .last_log_index
-        .unwrap_or(0);
+    let last_index = |c: &Cluster| {
+        c.node(leader)
+            .raft
+            .metrics()
+            .borrow()
+            .last_log_index
+            .unwrap_or(0)
+    };
+    let before = last_index(&c);
     let mut tasks = Vec::new();
     for i in 0..300 {
         let node = c.node(if i % 2 == 0 { leader } else { follower });
@@ -182,13 +184,7 @@ async fn concurrent_proposals_share_entries_and_keep_their_own_results() {
         }
     }
     assert_eq!((created, refused), (270, 30));
-    let after = c
-        .node(leader)
-        .raft
-        .metrics()
-        .borrow()
-        .last_log_index
-        .unwrap_or(0);
+    let after = last_index(&c);
     assert!(
         after - before < 150,
         "300 proposals took {} entries",
