@@ -499,6 +499,17 @@ impl Metadata {
             .collect()
     }
 
+    /// When the next lease after `now_ms` ends, ms since the epoch: the smallest
+    /// `lease_until_ms` above `now_ms` (`None` when no lease is current). The Raft leader's
+    /// supervisor wakes then, so a dead node's fragments move as its lease ends.
+    pub fn next_lease_end(&self, now_ms: u64) -> Option<u64> {
+        self.nodes
+            .values()
+            .map(|n| n.lease_until_ms)
+            .filter(|until| *until > now_ms)
+            .min()
+    }
+
     /// A stable 64-bit FNV-1a hash of the canonical JSON encoding: equal on every node that
     /// applied the same commands.
     pub fn state_hash(&self) -> u64 {

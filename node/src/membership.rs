@@ -201,6 +201,14 @@ impl Member {
             )) {
                 warn!(error = %e, "process metrics not registered");
             }
+            match crate::memory::HeapCollector::new() {
+                Ok(c) => {
+                    if let Err(e) = registry.register(Box::new(c)) {
+                        warn!(error = %e, "heap metrics not registered");
+                    }
+                }
+                Err(e) => warn!(error = %e, "heap metrics unavailable"),
+            }
             match crate::metrics::CountersCollector::new(counters) {
                 Ok(c) => {
                     if let Err(e) = registry.register(Box::new(c)) {
@@ -456,18 +464,30 @@ async fn register(node: ClusterNode, endpoints: NodeEndpoints, lease: Duration) 
     }
 }
 
-/// How often the Raft leader looks for ended leases.
+/// How often, at least, the Raft leader looks for ended leases.
 const SUPERVISE_EVERY: Duration = Duration::from_millis(100);
 
-/// On the Raft leader, every [`SUPERVISE_EVERY`]: records itself as the Dolly leader and
-/// re-runs placement (`ExpireLeases`) when a node whose lease ended still leads a fragment or
-/// is in an ISR. A new leader first waits half a lease: leases may have lapsed during the
-/// election through no fault of their holders, who renew every third of a lease.
+/// How long the supervisor sleeps at `now_ms`: until just after the next lease ends (so a dead
+/// node's fragments move as soon as its lease allows, not up to a tick later), at most
+/// [`SUPERVISE_EVERY`].
+fn supervise_wait(next_lease_end: Option<u64>, now_ms: u64) -> Duration {
+    next_lease_end
+        .map(|end| Duration::from_millis(end.saturating_sub(now_ms) + 1))
+        .map_or(SUPERVISE_EVERY, |d| d.min(SUPERVISE_EVERY))
+}
+
+/// On the Raft leader, every [`SUPERVISE_EVERY`] and as each lease ends: records itself as the
+/// Dolly leader and re-runs placement (`ExpireLeases`) when a node whose lease ended still
+/// leads a fragment or is in an ISR. A new leader first waits half a lease: leases may have
+/// lapsed during the election through no fault of their holders, who renew every quarter of a
+/// lease and at once under a new leader.
 async fn supervise(node: ClusterNode, lease: Duration) {
     let id = node.id;
     let mut leading_since: Option<tokio::time::Instant> = None;
+    let mut wait = SUPERVISE_EVERY;
     loop {
-        tokio::time::sleep(SUPERVISE_EVERY).await;
+        tokio::time::sleep(wait).await;
+        wait = SUPERVISE_EVERY;
         if node.leader() != Some(id) {
             leading_since = None;
             continue;
@@ -482,7 +502,8 @@ async fn supervise(node: ClusterNode, lease: Duration) {
         }
         // Re-run placement when it would change something: apply is deterministic, so a dry
         // run on a copy tells.
-        let command = Command::ExpireLeases { now_ms: now_ms() };
+        let now = now_ms();
+        let command = Command::ExpireLeases { now_ms: now };
         let changes = !matches!(
             meta.clone().apply(&command),
             Ok(zper_raft::metadata::Applied::Placement(ref c)) if c.is_empty()
@@ -490,5 +511,20 @@ async fn supervise(node: ClusterNode, lease: Duration) {
         if changes {
             let _ = node.propose(command).await;
         }
+        wait = supervise_wait(meta.next_lease_end(now), now_ms());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_supervisor_wakes_as_the_next_lease_ends_or_after_a_tick() {
+        assert_eq!(supervise_wait(None, 1000), SUPERVISE_EVERY);
+        assert_eq!(supervise_wait(Some(1030), 1000), Duration::from_millis(31));
+        assert_eq!(supervise_wait(Some(5000), 1000), SUPERVISE_EVERY);
+        // Already past (the dry run took a while): at once, almost.
+        assert_eq!(supervise_wait(Some(990), 1000), Duration::from_millis(1));
     }
 }

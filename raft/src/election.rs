@@ -10,9 +10,16 @@
 //! When a follower sees the current leader's stream end and a connect to the leader's admin
 //! port is refused (not merely unanswered: a partitioned leader stays to the timers), every
 //! surviving voter starts an election at once ([`openraft::Raft::trigger`]), which ends its
-//! lease and so lets it vote again; the surviving voter with the lowest id ("rank 0") starts
-//! another a few ms later, in a higher term, which the others then grant. A rank-0 voter whose
-//! log is behind is refused, and the timers elect someone else as before.
+//! lease and so lets it vote again. Then the survivors take turns by rank (their order by id):
+//! rank r starts up to [`TRIES_PER_TURN`] more elections, [`RETRY`] apart, in its own turn
+//! ([`schedule`]), each in a higher term, which the others grant, until a leader is known. A
+//! survivor whose log is behind is refused by the others however often it tries, so its turn
+//! passes and the next rank, whose log is longer, wins in its own. A survivor stops as soon as
+//! a new leader is known or it granted its vote to another ([`keep_electing`]): a fresh leader
+//! is not unseated by a late election. (Before the turns, rank 0 alone retried, whether or not
+//! it had voted for another: CI saw a cluster leaderless for 5 s after its leader's shutdown and
+//! a fragment leader's lease lapse; a rank 0 whose log is behind would also have waited for the
+//! timers, which openraft lengthens for a node that saw a longer log.)
 //!
 //! Safety is Raft's: this only starts elections earlier, it never grants a vote or skips a
 //! check. Fragment leases ([`crate::metadata`]) are time based and unaffected.
@@ -32,30 +39,57 @@ const PROBE_TIMEOUT: Duration = Duration::from_millis(200);
 const PROBES: u32 = 8;
 /// Between two connects.
 const PROBE_EVERY: Duration = Duration::from_millis(25);
-/// Between rank 0's elections: long enough for the other survivors to have started theirs.
-const RANK0_RETRY: Duration = Duration::from_millis(40);
-/// Elections rank 0 starts, at most.
-const RANK0_TRIES: u32 = 4;
+/// Between two elections of one survivor in its turn: long enough for the others to have
+/// answered the last one.
+const RETRY: Duration = Duration::from_millis(40);
+/// Elections one survivor starts in its turn, at most.
+const TRIES_PER_TURN: u32 = 4;
 
 /// What a follower does once the stream from `leader` ended.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Verdict {
     /// Not the current leader, or it still answers: leave it to the timers.
     Nothing,
-    /// Start `elections` elections, `RANK0_RETRY` apart.
-    Elect { elections: u32 },
+    /// Start elections at the times of [`schedule`] for this rank.
+    Elect { rank: usize },
 }
 
 /// The decision, from this node's `rank` among the surviving voters (`None`: not a voter) and
 /// whether the leader's admin port refused a connection.
 pub(crate) fn verdict(still_leader: bool, refused: bool, rank: Option<usize>) -> Verdict {
     match (still_leader && refused, rank) {
-        (true, Some(0)) => Verdict::Elect {
-            elections: RANK0_TRIES,
-        },
-        (true, Some(_)) => Verdict::Elect { elections: 1 },
+        (true, Some(rank)) => Verdict::Elect { rank },
         _ => Verdict::Nothing,
     }
+}
+
+/// When the survivor of `rank` starts its elections, after the leader's death was seen: at
+/// once (every survivor, to end its lease), then [`TRIES_PER_TURN`] times, [`RETRY`] apart, in
+/// its turn, which begins `rank` turns after the first (rank 0's turn begins at once, so its
+/// first election is also its turn's first). Ascending.
+pub(crate) fn schedule(rank: usize) -> Vec<Duration> {
+    let turn = RETRY * TRIES_PER_TURN * rank as u32;
+    let mut at = vec![Duration::ZERO];
+    let first = if rank == 0 { 1 } else { 0 };
+    at.extend((first..TRIES_PER_TURN).map(|k| turn + RETRY * k));
+    at
+}
+
+/// Whether a survivor goes on with its turn, from the leader it knows (`leader`), whom its
+/// vote in the current term went to (`voted_for`), its own id and the dead leader's. It stops
+/// once a new leader is known, and once it granted its vote to another survivor: that
+/// candidate's log is at least as long as its own and it is about to win (a quorum of two
+/// survivors in three), and a new election would only unseat it (a fresh leader's
+/// AppendEntries are refused by a voter in a higher term).
+pub(crate) fn keep_electing(
+    leader: Option<NodeId>,
+    voted_for: Option<NodeId>,
+    me: NodeId,
+    dead: NodeId,
+) -> bool {
+    let no_new_leader = leader.is_none_or(|l| l == dead);
+    let not_promised = voted_for.is_none_or(|v| v == me || v == dead);
+    no_new_leader && not_promised
 }
 
 /// This node's position among the voters other than `dead`, by id.
@@ -109,15 +143,24 @@ impl ClusterNode {
             }
         }
         let refused = gone;
-        let Verdict::Elect { elections } = verdict(self.leader() == Some(from), refused, rank)
-        else {
+        let Verdict::Elect { rank } = verdict(self.leader() == Some(from), refused, rank) else {
             return;
         };
-        info!(leader = from, "the leader's process is gone: electing now");
-        for n in 0..elections {
+        info!(
+            leader = from,
+            rank, "the leader's process is gone: electing now"
+        );
+        let start = tokio::time::Instant::now();
+        for (n, at) in schedule(rank).into_iter().enumerate() {
             if n > 0 {
-                tokio::time::sleep(RANK0_RETRY).await;
-                if self.leader().is_some_and(|l| l != from) {
+                tokio::time::sleep_until(start + at).await;
+                let m = self.raft.metrics().borrow().clone();
+                if !keep_electing(
+                    m.current_leader,
+                    m.vote.leader_id().voted_for(),
+                    self.id,
+                    from,
+                ) {
                     return;
                 }
             }
@@ -133,18 +176,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_a_refused_current_leader_starts_elections_and_rank_0_retries() {
-        assert_eq!(
-            verdict(true, true, Some(0)),
-            Verdict::Elect { elections: 4 }
-        );
-        assert_eq!(
-            verdict(true, true, Some(1)),
-            Verdict::Elect { elections: 1 }
-        );
+    fn only_a_refused_current_leader_starts_elections() {
+        assert_eq!(verdict(true, true, Some(0)), Verdict::Elect { rank: 0 });
+        assert_eq!(verdict(true, true, Some(1)), Verdict::Elect { rank: 1 });
         assert_eq!(verdict(true, false, Some(0)), Verdict::Nothing);
         assert_eq!(verdict(false, true, Some(0)), Verdict::Nothing);
         assert_eq!(verdict(true, true, None), Verdict::Nothing);
+    }
+
+    #[test]
+    fn every_survivor_elects_at_once_then_in_its_own_turn() {
+        let ms = |rank| -> Vec<u128> { schedule(rank).iter().map(Duration::as_millis).collect() };
+        assert_eq!(ms(0), [0, 40, 80, 120]);
+        assert_eq!(ms(1), [0, 160, 200, 240, 280]);
+        assert_eq!(ms(2), [0, 320, 360, 400, 440]);
+        // Turns do not overlap: rank r's last election comes before rank r+1's turn.
+        for r in 0..4 {
+            let (this, next) = (schedule(r), schedule(r + 1));
+            assert!(this.last() < next.get(1), "rank {r}");
+        }
+    }
+
+    #[test]
+    fn a_survivor_stops_at_a_new_leader_or_once_it_voted_for_another() {
+        // me = 1, dead = 2.
+        assert!(keep_electing(Some(2), Some(2), 1, 2));
+        assert!(keep_electing(None, Some(1), 1, 2));
+        assert!(keep_electing(None, None, 1, 2));
+        assert!(!keep_electing(Some(3), Some(1), 1, 2));
+        assert!(!keep_electing(Some(1), Some(1), 1, 2));
+        assert!(!keep_electing(None, Some(3), 1, 2));
     }
 
     #[test]

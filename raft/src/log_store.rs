@@ -8,6 +8,7 @@
 use std::fmt::Debug;
 use std::ops::RangeBounds;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
@@ -88,11 +89,16 @@ fn key_index(key: &[u8]) -> Option<u64> {
 #[derive(Debug, Clone)]
 pub struct LogStore {
     db: Arc<DB>,
+    /// Set while a compaction of purged entries runs on a blocking thread (one at a time).
+    compacting: Arc<AtomicBool>,
 }
 
 impl LogStore {
     pub(crate) fn new(db: Arc<DB>) -> Self {
-        LogStore { db }
+        LogStore {
+            db,
+            compacting: Arc::new(AtomicBool::new(false)),
+        }
     }
 
     fn cf(&self, name: &str) -> StorageResult<&rocksdb::ColumnFamily> {
@@ -250,19 +256,37 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn purge(&mut self, log_id: LogId<NodeId>) -> StorageResult<()> {
         // Record the purge point first: entries at or before it are ignored from then on.
         self.put_meta(KEY_LAST_PURGED, &log_id, ErrorSubject::Store)?;
-        purge_logs(&self.db, self.cf(CF_LOGS)?, log_id.index)
+        purge_logs(&self.db, self.cf(CF_LOGS)?, log_id.index)?;
+        // The compaction gives the space back; it runs beside the Raft core, not in it (issue
+        // #16: inline, it held up appends and heartbeats for as long as it took). One at a
+        // time: a purge meanwhile is covered by the next one, whose range includes it.
+        if !self.compacting.swap(true, Ordering::AcqRel) {
+            let (db, compacting, upto) = (self.db.clone(), self.compacting.clone(), log_id.index);
+            tokio::task::spawn_blocking(move || {
+                if let Some(cf) = db.cf_handle(CF_LOGS) {
+                    compact_logs(&db, cf, upto);
+                }
+                compacting.store(false, Ordering::Release);
+            });
+        }
+        Ok(())
     }
 }
 
-/// Deletes log entries up to and including `upto` and compacts that range, so the space is
-/// given back now rather than whenever RocksDB next compacts on its own (a range deletion
-/// alone only hides the entries).
+/// Deletes log entries up to and including `upto` (a range deletion: it hides them; see
+/// [`compact_logs`] for the space).
 pub(crate) fn purge_logs(db: &DB, cf: &rocksdb::ColumnFamily, upto: u64) -> StorageResult<()> {
     let end = index_key(upto.saturating_add(1));
     db.delete_range_cf(cf, index_key(0), end)
         .map_err(|e| StorageIOError::write_logs(&e))?;
-    db.compact_range_cf(cf, None::<&[u8]>, Some(&end[..]));
     Ok(())
+}
+
+/// Compacts the log up to and including `upto`, so purged entries give their space back now
+/// rather than whenever RocksDB next compacts on its own. Blocks for as long as it takes.
+pub(crate) fn compact_logs(db: &DB, cf: &rocksdb::ColumnFamily, upto: u64) {
+    let end = index_key(upto.saturating_add(1));
+    db.compact_range_cf(cf, None::<&[u8]>, Some(&end[..]));
 }
 
 #[cfg(test)]
@@ -300,6 +324,7 @@ mod tests {
                 db.put_cf(meta, KEY_COMMITTED, index.to_be_bytes())
                     .expect("meta");
                 purge_logs(&db, logs, index - snapshot_every / 2).expect("purge");
+                compact_logs(&db, logs, index - snapshot_every / 2);
                 largest = largest.max(dir_bytes(dir.path()));
             }
         }

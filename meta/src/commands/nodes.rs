@@ -117,6 +117,20 @@ mod tests {
     }
 
     #[test]
+    fn the_next_lease_end_is_the_earliest_one_still_to_come() {
+        let mut m = Metadata::default();
+        assert_eq!(m.next_lease_end(0), None);
+        for c in [register(1, 0), register(2, 500), register(3, 2_000)] {
+            m.apply(&c).expect("register");
+        }
+        // Leases of 10 s: ending at 10_000, 10_500 and 12_000.
+        assert_eq!(m.next_lease_end(0), Some(10_000));
+        assert_eq!(m.next_lease_end(10_000), Some(10_500));
+        assert_eq!(m.next_lease_end(11_000), Some(12_000));
+        assert_eq!(m.next_lease_end(12_000), None);
+    }
+
+    #[test]
     fn same_commands_give_the_same_state_on_every_node() {
         let run = || {
             let mut m = Metadata::default();
