@@ -37,11 +37,18 @@ for line in sys.stdin:
     out[name] = int(float(m.group(3)) * scale)
 print(" ".join(f"{k}={v}" for k, v in sorted(out.items())))'
 }
+# The Raft directory, RSS (anonymous and file-backed) and the allocator's heap (live and
+# resident): RSS minus the resident heap is memory outside zper's allocator (RocksDB, libzmq).
 usage() {
-  local raft_mb rss_mb
+  local raft_mb rss_mb anon_mb heap
   raft_mb=$(du -sm "$dir/n$1/.raft" | cut -f1)
   rss_mb=$(( $(awk '/VmRSS/ {print $2}' "/proc/${pids[$1 - 1]}/status") / 1024 ))
-  echo "raft_dir_mb=$raft_mb rss_mb=$rss_mb"
+  anon_mb=$(( $(awk '/RssAnon/ {print $2}' "/proc/${pids[$1 - 1]}/status") / 1024 ))
+  heap=$(curl -sf "http://$(admin "$1")/metrics" | awk '
+    /^zper_memory_heap_allocated_bytes / {a = int($2 / 1048576)}
+    /^zper_memory_heap_resident_bytes / {r = int($2 / 1048576)}
+    END {printf "heap_live_mb=%d heap_resident_mb=%d", a, r}')
+  echo "raft_dir_mb=$raft_mb rss_mb=$rss_mb rss_anon_mb=$anon_mb $heap"
 }
 declare -A before
 for i in 1 2 3; do before[$i]=$(counters "$i"); echo "node $i idle before: $(usage "$i")"; done
