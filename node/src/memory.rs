@@ -3,13 +3,13 @@
 //! [`MemoryBudget::allows`], and answers with a status (or a smaller reply) instead of
 //! allocating past `memory_budget`.
 //!
-//! What is counted is the Rust heap as the allocator reports it (jemalloc's `stats.allocated`,
-//! the `zper` binary's global allocator): replies waiting in libzmq's queues are Rust
-//! allocations handed over without a copy, so bytes a slow or absent client has not read yet
-//! are counted until libzmq has written them out. RocksDB's own caches and libzmq's small
-//! internal buffers are outside it (RocksDB bounds its memory by its own options). In a
-//! process whose global allocator is not jemalloc (unit tests of this library) the heap reads
-//! as 0 and nothing is refused.
+//! What is counted is the heap as the allocator reports it (jemalloc's `stats.allocated`: the
+//! `zper` binary's global allocator and, since issue #16, also the C allocator of RocksDB and
+//! libzmq): replies waiting in libzmq's queues are Rust allocations handed over without a
+//! copy, so bytes a slow or absent client has not read yet are counted until libzmq has written
+//! them out; RocksDB's memtables and caches count too (RocksDB bounds them by its own options,
+//! a few tens of MB). In a process whose global allocator is not jemalloc (unit tests of this
+//! library) the heap reads as 0 and nothing is refused.
 //!
 //! The budget may be passed by at most the replies being built at that moment (reader
 //! workers × `max_message`), which is why the check is made with the reply's size.
@@ -88,17 +88,17 @@ pub fn return_freed_memory_in_background() {
 }
 
 /// The allocator's view of the heap on `/metrics` (issue #16: a node's RSS stayed near 300 MB
-/// after a load; these tell whose memory it is):
-/// - `zper_memory_heap_allocated_bytes`: live Rust allocations (jemalloc `stats.allocated`,
-///   what [`MemoryBudget`] counts);
+/// after a load while its live Rust heap was 16 MB; these showed whose memory it was):
+/// - `zper_memory_heap_allocated_bytes`: live allocations (jemalloc `stats.allocated`, what
+///   [`MemoryBudget`] counts; RocksDB's and libzmq's included in the `zper` binary);
 /// - `zper_memory_heap_resident_bytes`: pages jemalloc holds in memory (`stats.resident`),
 ///   freed ones not yet returned included;
 /// - `zper_memory_heap_retained_bytes`: address space jemalloc keeps unmapped for reuse
 ///   (`stats.retained`; not resident).
 ///
-/// `process_resident_memory_bytes` minus the resident heap is memory outside jemalloc:
-/// RocksDB's and libzmq's (the C allocator), thread stacks, the binary. All read 0 when
-/// jemalloc is not the process's allocator.
+/// `process_resident_memory_bytes` minus the resident heap is memory outside jemalloc: thread
+/// stacks, the binary, and the C allocator's where jemalloc does not replace it. All read 0
+/// when jemalloc is not the process's allocator.
 pub struct HeapCollector {
     allocated: prometheus::IntGauge,
     resident: prometheus::IntGauge,
