@@ -114,7 +114,7 @@ impl HeapCollector {
         Ok(HeapCollector {
             allocated: g(
                 "zper_memory_heap_allocated_bytes",
-                "Live heap allocations of the node's own code (jemalloc stats.allocated), bytes.",
+                "Live heap allocations, RocksDB's and libzmq's included in the zper binary (jemalloc stats.allocated), bytes.",
             )?,
             resident: g(
                 "zper_memory_heap_resident_bytes",
