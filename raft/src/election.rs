@@ -15,8 +15,8 @@
 //! ([`schedule`]), each in a higher term, which the others grant, until a leader is known. A
 //! survivor whose log is behind is refused by the others however often it tries, so its turn
 //! passes and the next rank, whose log is longer, wins in its own. A survivor stops as soon as
-//! a new leader is known or it granted its vote to another ([`keep_electing`]): a fresh leader
-//! is not unseated by a late election. (Before the turns, rank 0 alone retried, whether or not
+//! a new leader is known, and lets one try pass when its vote is another's ([`next_step`]): a
+//! fresh leader is not unseated by a late election. (Before the turns, rank 0 alone retried, whether or not
 //! it had voted for another: CI saw a cluster leaderless for 5 s after its leader's shutdown and
 //! a fragment leader's lease lapse; a rank 0 whose log is behind would also have waited for the
 //! timers, which openraft lengthens for a node that saw a longer log.)
@@ -75,21 +75,48 @@ pub(crate) fn schedule(rank: usize) -> Vec<Duration> {
     at
 }
 
-/// Whether a survivor goes on with its turn, from the leader it knows (`leader`), whom its
-/// vote in the current term went to (`voted_for`), its own id and the dead leader's. It stops
-/// once a new leader is known, and once it granted its vote to another survivor: that
-/// candidate's log is at least as long as its own and it is about to win (a quorum of two
-/// survivors in three), and a new election would only unseat it (a fresh leader's
-/// AppendEntries are refused by a voter in a higher term).
-pub(crate) fn keep_electing(
+/// What a survivor does at its next try.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Start an election.
+    Elect,
+    /// Let this try pass: its vote went to another candidate, who may be winning.
+    Wait,
+    /// A new leader is known: the turn is over.
+    Stop,
+}
+
+/// A survivor's next try, from the leader it knows (`leader`), its vote (`term`, `voted_for`),
+/// its own id, the dead leader's, and the vote it let a try pass for (`waited`, updated here).
+///
+/// It stops once a new leader is known. When its vote is another survivor's, it lets one try
+/// pass: if that vote was granted, the candidate is about to win, and an election now would
+/// unseat it (a fresh leader's AppendEntries are refused by a voter in a higher term). But a
+/// vote is also taken over, ungranted, from a refusal in a higher term: if the same vote still
+/// stands a try later with no leader known, the candidate did not win, and it elects. (Helper
+/// attack: stopping for good at such a vote left a survivor whose log was longer to the timers,
+/// 3.5-6.9 s leaderless, when the lowest-id survivor's log was behind.)
+pub(crate) fn next_step(
     leader: Option<NodeId>,
-    voted_for: Option<NodeId>,
+    vote: (u64, Option<NodeId>),
     me: NodeId,
     dead: NodeId,
-) -> bool {
-    let no_new_leader = leader.is_none_or(|l| l == dead);
-    let not_promised = voted_for.is_none_or(|v| v == me || v == dead);
-    no_new_leader && not_promised
+    waited: &mut Option<(u64, NodeId)>,
+) -> Step {
+    if leader.is_some_and(|l| l != dead) {
+        return Step::Stop;
+    }
+    match vote {
+        (term, Some(v)) if v != me && v != dead => {
+            if *waited == Some((term, v)) {
+                Step::Elect
+            } else {
+                *waited = Some((term, v));
+                Step::Wait
+            }
+        }
+        _ => Step::Elect,
+    }
 }
 
 /// This node's position among the voters other than `dead`, by id.
@@ -151,17 +178,20 @@ impl ClusterNode {
             rank, "the leader's process is gone: electing now"
         );
         let start = tokio::time::Instant::now();
+        let mut waited = None;
         for (n, at) in schedule(rank).into_iter().enumerate() {
             if n > 0 {
                 tokio::time::sleep_until(start + at).await;
-                let m = self.raft.metrics().borrow().clone();
-                if !keep_electing(
-                    m.current_leader,
-                    m.vote.leader_id().voted_for(),
-                    self.id,
-                    from,
-                ) {
-                    return;
+                let (leader, vote) = {
+                    let m = self.raft.metrics();
+                    let m = m.borrow();
+                    let id = m.vote.leader_id();
+                    (m.current_leader, (id.term, id.voted_for()))
+                };
+                match next_step(leader, vote, self.id, from, &mut waited) {
+                    Step::Stop => return,
+                    Step::Wait => continue,
+                    Step::Elect => {}
                 }
             }
             if self.raft.trigger().elect().await.is_err() {
@@ -198,14 +228,39 @@ mod tests {
     }
 
     #[test]
-    fn a_survivor_stops_at_a_new_leader_or_once_it_voted_for_another() {
+    fn a_survivor_stops_at_a_new_leader_and_waits_one_try_for_a_candidate_it_voted_for() {
         // me = 1, dead = 2.
-        assert!(keep_electing(Some(2), Some(2), 1, 2));
-        assert!(keep_electing(None, Some(1), 1, 2));
-        assert!(keep_electing(None, None, 1, 2));
-        assert!(!keep_electing(Some(3), Some(1), 1, 2));
-        assert!(!keep_electing(Some(1), Some(1), 1, 2));
-        assert!(!keep_electing(None, Some(3), 1, 2));
+        let mut waited = None;
+        assert_eq!(
+            next_step(Some(2), (5, Some(2)), 1, 2, &mut waited),
+            Step::Elect
+        );
+        assert_eq!(
+            next_step(None, (6, Some(1)), 1, 2, &mut waited),
+            Step::Elect
+        );
+        assert_eq!(next_step(None, (6, None), 1, 2, &mut waited), Step::Elect);
+        assert_eq!(
+            next_step(Some(3), (6, Some(1)), 1, 2, &mut waited),
+            Step::Stop
+        );
+        assert_eq!(
+            next_step(Some(1), (6, Some(1)), 1, 2, &mut waited),
+            Step::Stop
+        );
+        // Its vote went to 3 in term 7: one try passes; the same vote a try later, with no
+        // leader known, means 3 did not win.
+        assert_eq!(next_step(None, (7, Some(3)), 1, 2, &mut waited), Step::Wait);
+        assert_eq!(
+            next_step(None, (7, Some(3)), 1, 2, &mut waited),
+            Step::Elect
+        );
+        // A vote in a newer term is waited for again; 3 winning ends the turn.
+        assert_eq!(next_step(None, (9, Some(3)), 1, 2, &mut waited), Step::Wait);
+        assert_eq!(
+            next_step(Some(3), (9, Some(3)), 1, 2, &mut waited),
+            Step::Stop
+        );
     }
 
     #[test]
