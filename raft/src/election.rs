@@ -45,22 +45,12 @@ const RETRY: Duration = Duration::from_millis(40);
 /// Elections one survivor starts in its turn, at most.
 const TRIES_PER_TURN: u32 = 4;
 
-/// What a follower does once the stream from `leader` ended.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Verdict {
-    /// Not the current leader, or it still answers: leave it to the timers.
-    Nothing,
-    /// Start elections at the times of [`schedule`] for this rank.
-    Elect { rank: usize },
-}
-
-/// The decision, from this node's `rank` among the surviving voters (`None`: not a voter) and
-/// whether the leader's admin port refused a connection.
-pub(crate) fn verdict(still_leader: bool, refused: bool, rank: Option<usize>) -> Verdict {
-    match (still_leader && refused, rank) {
-        (true, Some(rank)) => Verdict::Elect { rank },
-        _ => Verdict::Nothing,
-    }
+/// What a follower does once the stream from its leader ended, from its `rank` among the
+/// surviving voters (`None`: not a voter) and whether the leader's admin port refused a
+/// connection: `Some(rank)` starts elections at the times of [`schedule`] for that rank;
+/// `None` (not the current leader, or it still answers) leaves it to the timers.
+pub(crate) fn verdict(still_leader: bool, refused: bool, rank: Option<usize>) -> Option<usize> {
+    rank.filter(|_| still_leader && refused)
 }
 
 /// When the survivor of `rank` starts its elections, after the leader's death was seen: at
@@ -169,8 +159,7 @@ impl ClusterNode {
                 break;
             }
         }
-        let refused = gone;
-        let Verdict::Elect { rank } = verdict(self.leader() == Some(from), refused, rank) else {
+        let Some(rank) = verdict(self.leader() == Some(from), gone, rank) else {
             return;
         };
         info!(
@@ -207,11 +196,11 @@ mod tests {
 
     #[test]
     fn only_a_refused_current_leader_starts_elections() {
-        assert_eq!(verdict(true, true, Some(0)), Verdict::Elect { rank: 0 });
-        assert_eq!(verdict(true, true, Some(1)), Verdict::Elect { rank: 1 });
-        assert_eq!(verdict(true, false, Some(0)), Verdict::Nothing);
-        assert_eq!(verdict(false, true, Some(0)), Verdict::Nothing);
-        assert_eq!(verdict(true, true, None), Verdict::Nothing);
+        assert_eq!(verdict(true, true, Some(0)), Some(0));
+        assert_eq!(verdict(true, true, Some(1)), Some(1));
+        assert_eq!(verdict(true, false, Some(0)), None);
+        assert_eq!(verdict(false, true, Some(0)), None);
+        assert_eq!(verdict(true, true, None), None);
     }
 
     #[test]
