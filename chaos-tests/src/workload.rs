@@ -55,10 +55,16 @@ pub struct Acked {
     pub consumed: BTreeMap<u64, usize>,
 }
 
+/// The longest a workload runs: its workers stop then even without [`Workload::finish`] (a
+/// safety bound for a test that panicked). A scenario's faults must end well before it: the
+/// randomized nemesis is clamped to [`LIMIT`] minus 5 minutes.
+pub const LIMIT: Duration = Duration::from_secs(20 * 60);
+
 /// A running workload against `endpoints` (the nodes' addresses; updated by the test after an
 /// address changes).
 pub struct Workload {
     stop: Arc<AtomicBool>,
+    deadline: Instant,
     acked: Arc<Mutex<Acked>>,
     /// The nodes' current IPs, shared with the workers.
     pub ips: Arc<Mutex<Vec<String>>>,
@@ -86,7 +92,7 @@ fn producer(ctx: &zmq::Context, mode: AckMode, n: u64, at: &str) -> Option<Produ
 }
 
 impl Workload {
-    /// Starts every worker; they run until [`Workload::finish`] (or 5 minutes at most).
+    /// Starts every worker; they run until [`Workload::finish`] (or [`LIMIT`] at most).
     pub fn start(cluster: &Cluster) -> Workload {
         let ips = Arc::new(Mutex::new(
             cluster
@@ -98,7 +104,7 @@ impl Workload {
         let stop = Arc::new(AtomicBool::new(false));
         let acked = Arc::new(Mutex::new(Acked::default()));
         let ids = Arc::new(AtomicU64::new(1));
-        let deadline = Instant::now() + Duration::from_secs(300);
+        let deadline = Instant::now() + LIMIT;
         let mut workers = Vec::new();
         let run = |f: Box<dyn FnOnce() + Send>| std::thread::spawn(f);
         {
@@ -129,6 +135,7 @@ impl Workload {
         }
         Workload {
             stop,
+            deadline,
             acked,
             ips,
             workers,
@@ -140,6 +147,11 @@ impl Workload {
         if let Ok(mut ips) = self.ips.lock() {
             ips[i] = ip.to_owned();
         }
+    }
+
+    /// True once the workers have stopped at [`LIMIT`]: no more acknowledgements will come.
+    pub fn expired(&self) -> bool {
+        Instant::now() >= self.deadline
     }
 
     /// Messages acknowledged so far.

@@ -77,6 +77,12 @@ fn scenario_with(
         assert!(healthy, "{name}: healthy again after fault {}", round + 1);
         let before = w.acked_messages();
         assert!(
+            !w.expired(),
+            "{name}: the workload ran out of time ({:?}) before fault {} was over",
+            zper_chaos_tests::workload::LIMIT,
+            round + 1
+        );
+        assert!(
             wait_until(Duration::from_secs(30), || w.acked_messages()
                 >= before + 50),
             "{name}: writes are acknowledged again after fault {}",
@@ -383,10 +389,14 @@ fn randomized_nemesis() {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(1, |d| d.as_nanos() as u64)
         });
+    // The faults end well before the workload's own bound (CI once failed a 300 s run at its
+    // last fault because the workload, then bounded at 300 s from its own start, had stopped).
+    let most = zper_chaos_tests::workload::LIMIT.as_secs() - 300;
     let seconds: u64 = std::env::var("ZPER_CHAOS_NEMESIS_S")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(300);
+        .unwrap_or(300)
+        .min(most);
     eprintln!("randomized-nemesis: seed {seed} (replay with ZPER_CHAOS_SEED={seed})");
     let mut rng = Rng(seed);
     let until = Instant::now() + Duration::from_secs(seconds);
