@@ -152,9 +152,11 @@ fn perf_metadata_counts_the_commits_it_claims() {
         .proposals
         .committed
         .load(std::sync::atomic::Ordering::Relaxed);
+    // Concurrent proposals may share an entry (raft/src/batch.rs): with 2 writers, each
+    // entry holds at most 2 of the 20 writes.
     assert!(
-        after >= before + 20,
-        "{before} -> {after}: each write is a Raft commit"
+        after >= before + 10,
+        "{before} -> {after}: the writes are Raft commits"
     );
     // Creates and deletes alternate, so nothing is left behind.
     assert!(node.state.metadata().topics.is_empty());

@@ -109,7 +109,8 @@ impl RaftCollector {
                 Opts::new(
                     "zper_raft_rpc_total",
                     "Raft RPCs this node sent, by event: sent, failed (connection refused, reset, \
-                     undecodable), connected (connections opened), timeout_append / timeout_vote / \
+                     undecodable), connected (connections opened), forwarded (proposals sent to the \
+                     leader over the stream and answered), timeout_append / timeout_vote / \
                      timeout_snapshot (abandoned before the peer answered).",
                 ),
                 &["event"],
@@ -181,6 +182,7 @@ impl Collector for RaftCollector {
             ("sent", t.sent.load(Relaxed)),
             ("failed", t.failures.load(Relaxed)),
             ("connected", t.connects.load(Relaxed)),
+            ("forwarded", t.forwarded.load(Relaxed)),
         ];
         for (kind, n) in zper_raft::transport::RPC_KINDS.iter().zip(&t.timeouts) {
             events.push((kind, n.load(Relaxed)));

@@ -46,7 +46,7 @@ async fn stream(State(node): State<ClusterNode>, mut req: Request) -> Response {
         match on_upgrade.await {
             Ok(upgraded) => {
                 let io = hyper_util::rt::TokioIo::new(upgraded);
-                if let Some(from) = zper_raft::transport::serve(io, node.raft.clone()).await {
+                if let Some(from) = zper_raft::transport::serve(io, &node).await {
                     node.leader_stream_closed(from).await;
                 }
             }

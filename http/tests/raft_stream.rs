@@ -7,7 +7,9 @@ use common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use zper_raft::metadata::{Applied, Command, FragmentPolicy};
-use zper_raft::transport::{read_frame, RpcResponse, PROTOCOL, STREAM_PATH};
+use zper_raft::transport::{
+    read_frame, write_frame, RpcRequest, RpcResponse, PROTOCOL, STREAM_PATH,
+};
 
 fn create(name: &str) -> Command {
     Command::CreateTopic {
@@ -192,5 +194,64 @@ async fn concurrent_proposals_share_entries_and_keep_their_own_results() {
     );
     assert!(eventually(|| c.converged()).await);
     assert_eq!(c.node(follower).state.metadata().topics.len(), 270);
+    // The follower's half went to the leader over the binary stream, not HTTP.
+    let forwarded = c
+        .node(follower)
+        .transport
+        .forwarded
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(forwarded >= 1, "forwarded over the stream: {forwarded}");
+    c.stop().await;
+}
+
+/// A `Propose` frame, as a follower forwards it: the leader writes it and answers `Proposed`
+/// with the result; a follower answers with its refusal (it never forwards a forwarded one);
+/// the connection stays usable for the next frame.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_propose_frame_is_written_by_the_leader_only() {
+    let c = Cluster::start(3).await;
+    register_all(&c).await;
+    let open = |id| {
+        let http = c.http(id);
+        async move {
+            let (s, head) = upgrade(
+                &http,
+                &format!("Connection: Upgrade\r\nUpgrade: {PROTOCOL}\r\n"),
+            )
+            .await;
+            assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+            s
+        }
+    };
+    let mut s = open(c.leader()).await;
+    for name in ["p1", "p1"] {
+        write_frame(&mut s, &RpcRequest::Propose(create(name)))
+            .await
+            .expect("write");
+        match read_frame::<_, RpcResponse>(&mut s).await {
+            Ok(Some(RpcResponse::Proposed(Ok(_)))) => {}
+            other => panic!("expected Proposed(Ok), got {other:?}"),
+        }
+    }
+    assert!(c
+        .node(c.leader())
+        .state
+        .metadata()
+        .topics
+        .contains_key("p1"));
+    let mut s = open(c.follower()).await;
+    write_frame(&mut s, &RpcRequest::Propose(create("p2")))
+        .await
+        .expect("write");
+    match read_frame::<_, RpcResponse>(&mut s).await {
+        Ok(Some(RpcResponse::Proposed(Err(why)))) => assert!(why.contains("leader"), "{why}"),
+        other => panic!("expected Proposed(Err), got {other:?}"),
+    }
+    assert!(!c
+        .node(c.leader())
+        .state
+        .metadata()
+        .topics
+        .contains_key("p2"));
     c.stop().await;
 }

@@ -133,6 +133,7 @@ pub struct ClusterNode {
     /// How close this node's liveness lease came to ending ([`crate::lease`]).
     pub lease: Arc<crate::lease::LeaseStats>,
     proposer: crate::batch::Proposer,
+    forwarder: crate::transport::Forwarder,
     pub(crate) http: reqwest::Client,
 }
 
@@ -257,6 +258,8 @@ impl ClusterNode {
         let leader_changes = Arc::new(AtomicU64::new(0));
         tokio::spawn(count_leader_changes(raft.metrics(), leader_changes.clone()));
         let (proposer, queue) = crate::batch::Proposer::start();
+        let forwarder =
+            crate::transport::Forwarder::new(config.admin_token.as_deref(), transport.clone());
         let node = ClusterNode {
             leader_changes,
             lease: Arc::default(),
@@ -268,6 +271,7 @@ impl ClusterNode {
             transport,
             proposer: crate::batch::Proposer::closed(),
             http: crate::network::http_client(config.admin_token.as_deref()),
+            forwarder,
         };
         // The proposer task's own handle has a closed proposer, so the task ends once every
         // other handle is dropped.
@@ -397,7 +401,8 @@ impl ClusterNode {
 
     /// Proposes `command` through the leader, batched with the other proposals of this node
     /// that wait at the same moment ([`crate::batch`]): locally when this node leads, else
-    /// forwarded to the leader's HTTP address (`PROPOSE_PATH`). While no leader is known (an
+    /// forwarded to the leader over the binary Raft stream (or to its `PROPOSE_PATH` over
+    /// HTTP, for a leader from before it). While no leader is known (an
     /// election), it retries every 100 ms for up to `FORWARD_TIMEOUT`.
     ///
     /// Errors: as [`ClusterNode::write`]; `NotLeader` when no leader emerges in time; `Write`
@@ -439,11 +444,23 @@ impl ClusterNode {
         }
     }
 
+    /// Sends `command` to `leader` over the binary stream ([`crate::transport::Forwarder`]),
+    /// or as JSON over HTTP to a leader from before it.
     async fn forward(
         &self,
         leader: &NodeEndpoints,
         command: &Command,
     ) -> Result<CommandResult, ClusterError> {
+        use crate::transport::Forwarded;
+        match self
+            .forwarder
+            .forward(&leader.http, command, FORWARD_REQUEST_TIMEOUT)
+            .await
+        {
+            Forwarded::Answer(result) => return result.map_err(ClusterError::Write),
+            Forwarded::Failed(why) => return Err(ClusterError::Write(why)),
+            Forwarded::NotSupported => {}
+        }
         let url = format!("http://{}{}", leader.http, crate::network::PROPOSE_PATH);
         let resp = self
             .http

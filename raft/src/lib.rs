@@ -2,12 +2,13 @@
 //! ZooKeeper, as Kafka's KRaft does (KIP-500/595): message data never goes through Raft.
 //!
 //! This crate owns the openraft glue: the type configuration ([`TypeConfig`]), the RocksDB log
-//! and vote store ([`LogStore`]: every vote and appended entry is fsynced before openraft is
-//! told), the openraft state machine ([`StateMachineStore`], snapshotted into the same RocksDB),
-//! the network, the cluster handle, Dolly puts and the controller. The replicated metadata
-//! itself (nodes, topics, fragment placement, the Dolly leader, applied deterministically) lives
-//! in the serde-only crate `zper-meta`, re-exported here as [`metadata`]. It must never touch
-//! zmq or the segment store.
+//! and vote store ([`LogStore`]: every vote is fsynced before openraft is told, every appended
+//! entry before its flush callback fires, several appends per fsync), the openraft state
+//! machine ([`StateMachineStore`], snapshotted into the same RocksDB), the network, the cluster
+//! handle, Dolly puts and the controller. The replicated metadata itself (nodes, topics,
+//! fragment placement, the Dolly leader, applied deterministically) lives in the serde-only
+//! crate `zper-meta`, re-exported here as [`metadata`]. It must never touch zmq or the segment
+//! store.
 
 // openraft's storage traits fix the error type (`StorageError`, ~224 bytes); boxing it in our
 // helpers would only add conversions at every trait boundary.
@@ -21,8 +22,10 @@ mod election;
 mod error;
 pub mod lease;
 pub mod log_store;
+mod log_sync;
 mod members;
 pub mod network;
+pub mod snapshot_file;
 pub mod state_machine;
 pub mod transport;
 mod types;
@@ -46,7 +49,7 @@ pub fn open(
     dir: &std::path::Path,
 ) -> Result<(LogStore, StateMachineStore), openraft::StorageError<NodeId>> {
     let db = log_store::open_db(dir)?;
-    let log = LogStore::new(db.clone());
+    let log = LogStore::new(db.clone())?;
     let sm = StateMachineStore::new(db)?;
     Ok((log, sm))
 }

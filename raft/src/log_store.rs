@@ -1,9 +1,16 @@
 //! The Raft log and vote in RocksDB (column families `logs` and `meta`).
 //!
-//! Durability: votes, appended entries and truncations are written with `sync = true` (an
-//! fsync of RocksDB's WAL) before the call returns or the flush callback fires, so a vote that
-//! reached only the page cache can never let a node vote twice in one term after a power loss
-//! (Raft §5.2; openraft's `RaftLogStorage::save_vote` contract).
+//! Durability: votes and truncations are written with `sync = true` (an fsync of RocksDB's WAL)
+//! before the call returns, so a vote that reached only the page cache can never let a node
+//! vote twice in one term after a power loss (Raft §5.2; openraft's `RaftLogStorage::save_vote`
+//! contract). Appended entries are durable before their flush callback fires: they are written
+//! unsynced and [`crate::log_sync`] syncs the WAL once for every append waiting (group
+//! commit). The committed log id is written unsynced: one lost in a crash only means that
+//! fewer entries are applied at start, until the leader says again what is committed.
+//!
+//! Entries are stored as MessagePack (named fields, as the transport sends them; Dolly keys and
+//! values as bytes). Entries written by earlier versions as JSON are still read: a JSON entry
+//! starts with `{`, which no MessagePack map does.
 
 use std::fmt::Debug;
 use std::ops::RangeBounds;
@@ -20,6 +27,7 @@ use rocksdb::{
     ColumnFamilyDescriptor, Direction, IteratorMode, Options, WriteBatch, WriteOptions, DB,
 };
 
+use crate::log_sync::Syncer;
 use crate::{NodeId, TypeConfig};
 
 /// Column family of log entries, keyed by big-endian index.
@@ -77,6 +85,20 @@ pub(crate) fn synced() -> WriteOptions {
     w
 }
 
+/// An entry as stored: MessagePack with field names.
+pub(crate) fn encode_entry(entry: &Entry<TypeConfig>) -> StorageResult<Vec<u8>> {
+    rmp_serde::to_vec_named(entry).map_err(|e| StorageIOError::write_logs(&e).into())
+}
+
+/// A stored entry: MessagePack, or JSON as versions before issue #16's group commit wrote it.
+pub(crate) fn decode_entry(bytes: &[u8]) -> StorageResult<Entry<TypeConfig>> {
+    if bytes.first() == Some(&b'{') {
+        serde_json::from_slice(bytes).map_err(|e| StorageIOError::read_logs(&e).into())
+    } else {
+        rmp_serde::from_slice(bytes).map_err(|e| StorageIOError::read_logs(&e).into())
+    }
+}
+
 fn index_key(index: u64) -> [u8; 8] {
     index.to_be_bytes()
 }
@@ -91,14 +113,22 @@ pub struct LogStore {
     db: Arc<DB>,
     /// Set while a compaction of purged entries runs on a blocking thread (one at a time).
     compacting: Arc<AtomicBool>,
+    /// Makes appends durable, several at a time.
+    syncer: Syncer,
 }
 
 impl LogStore {
-    pub(crate) fn new(db: Arc<DB>) -> Self {
-        LogStore {
+    /// The log over `db`, with its sync thread.
+    ///
+    /// Errors: the sync thread could not be started.
+    pub(crate) fn new(db: Arc<DB>) -> StorageResult<Self> {
+        let syncer = Syncer::start(&db)
+            .map_err(|e| StorageIOError::new(ErrorSubject::Store, ErrorVerb::Write, &e))?;
+        Ok(LogStore {
             db,
             compacting: Arc::new(AtomicBool::new(false)),
-        }
+            syncer,
+        })
     }
 
     fn cf(&self, name: &str) -> StorageResult<&rocksdb::ColumnFamily> {
@@ -126,16 +156,23 @@ impl LogStore {
             .map_err(|e| StorageIOError::new(subject, ErrorVerb::Read, &e).into())
     }
 
+    /// Writes `value` under `key` in the meta family; synced (durable on return) if `sync`.
     fn put_meta<T: serde::Serialize>(
         &self,
         key: &[u8],
         value: &T,
         subject: ErrorSubject<NodeId>,
+        sync: bool,
     ) -> StorageResult<()> {
         let bytes = serde_json::to_vec(value)
             .map_err(|e| StorageIOError::new(subject.clone(), ErrorVerb::Write, &e))?;
+        let options = if sync {
+            synced()
+        } else {
+            WriteOptions::default()
+        };
         self.db
-            .put_cf_opt(self.cf(CF_META)?, key, bytes, &synced())
+            .put_cf_opt(self.cf(CF_META)?, key, bytes, &options)
             .map_err(|e| StorageIOError::new(subject, ErrorVerb::Write, &e).into())
     }
 }
@@ -163,9 +200,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
             if !range.contains(&index) {
                 break;
             }
-            let entry: Entry<TypeConfig> =
-                serde_json::from_slice(&value).map_err(|e| StorageIOError::read_logs(&e))?;
-            out.push(entry);
+            out.push(decode_entry(&value)?);
         }
         Ok(out)
     }
@@ -185,9 +220,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             None => None,
             Some(item) => {
                 let (_, value) = item.map_err(|e| StorageIOError::read_logs(&e))?;
-                let entry: Entry<TypeConfig> =
-                    serde_json::from_slice(&value).map_err(|e| StorageIOError::read_logs(&e))?;
-                Some(entry.log_id)
+                Some(decode_entry(&value)?.log_id)
             }
         };
         Ok(LogState {
@@ -201,7 +234,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> StorageResult<()> {
-        self.put_meta(KEY_VOTE, vote, ErrorSubject::Vote)
+        self.put_meta(KEY_VOTE, vote, ErrorSubject::Vote, true)
     }
 
     async fn read_vote(&mut self) -> StorageResult<Option<Vote<NodeId>>> {
@@ -209,7 +242,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> StorageResult<()> {
-        self.put_meta(KEY_COMMITTED, &committed, ErrorSubject::Store)
+        self.put_meta(KEY_COMMITTED, &committed, ErrorSubject::Store, false)
     }
 
     async fn read_committed(&mut self) -> StorageResult<Option<LogId<NodeId>>> {
@@ -226,14 +259,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let cf = self.cf(CF_LOGS)?;
         let mut batch = WriteBatch::default();
         for entry in entries {
-            let value = serde_json::to_vec(&entry).map_err(|e| StorageIOError::write_logs(&e))?;
-            batch.put_cf(cf, index_key(entry.log_id.index), value);
+            batch.put_cf(cf, index_key(entry.log_id.index), encode_entry(&entry)?);
         }
-        // One synced batch: durable before openraft is told.
-        let result = self.db.write_opt(batch, &synced());
-        match result {
+        // Readable on return; durable when the sync thread fires the callback.
+        match self.db.write_opt(batch, &WriteOptions::default()) {
             Ok(()) => {
-                callback.log_io_completed(Ok(()));
+                self.syncer
+                    .after_sync(Box::new(move |r| callback.log_io_completed(r)));
                 Ok(())
             }
             Err(e) => {
@@ -255,7 +287,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn purge(&mut self, log_id: LogId<NodeId>) -> StorageResult<()> {
         // Record the purge point first: entries at or before it are ignored from then on.
-        self.put_meta(KEY_LAST_PURGED, &log_id, ErrorSubject::Store)?;
+        self.put_meta(KEY_LAST_PURGED, &log_id, ErrorSubject::Store, true)?;
         purge_logs(&self.db, self.cf(CF_LOGS)?, log_id.index)?;
         // The compaction gives the space back; it runs beside the Raft core, not in it (issue
         // #16: inline, it held up appends and heartbeats for as long as it took). One at a
@@ -303,6 +335,44 @@ mod tests {
                     .sum()
             })
             .unwrap_or(0)
+    }
+
+    fn put(index: u64) -> Entry<TypeConfig> {
+        Entry {
+            log_id: LogId::new(openraft::CommittedLeaderId::new(2, 1), index),
+            payload: openraft::EntryPayload::Normal(crate::metadata::Command::DollyPut {
+                key: b"key".to_vec(),
+                value: vec![7; 100],
+                request: None,
+                deadline_ms: 9,
+            }),
+        }
+    }
+
+    #[tokio::test]
+    async fn entries_written_as_json_by_earlier_versions_are_still_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = open_db(dir.path()).expect("open");
+        let logs = db.cf_handle(CF_LOGS).expect("logs");
+        let (old, new) = (put(1), put(2));
+        let json = serde_json::to_vec(&old).expect("json");
+        let packed = encode_entry(&new).expect("msgpack");
+        assert!(
+            packed.len() * 3 < json.len() * 2,
+            "MessagePack {} bytes, JSON {} bytes",
+            packed.len(),
+            json.len()
+        );
+        db.put_cf(logs, index_key(1), &json).expect("put");
+        db.put_cf(logs, index_key(2), &packed).expect("put");
+        let mut store = LogStore::new(db.clone()).expect("store");
+        let read = store.try_get_log_entries(1..3).await.expect("read");
+        assert_eq!(read, vec![old, new.clone()]);
+        let state = store.get_log_state().await.expect("state");
+        assert_eq!(state.last_log_id, Some(new.log_id));
+        // Neither form is taken for the other: garbage is an error, not an entry.
+        assert!(decode_entry(b"{not json").is_err());
+        assert!(decode_entry(&[0xc1]).is_err());
     }
 
     #[test]

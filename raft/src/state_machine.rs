@@ -1,5 +1,6 @@
-//! The openraft state machine over [`Metadata`]: applied in memory, snapshotted into RocksDB
-//! (column family `snapshot`), restored from the snapshot on start; openraft then re-applies the
+//! The openraft state machine over [`Metadata`]: applied in memory, snapshotted into a file in
+//! the Raft directory ([`crate::snapshot_file`]; earlier versions used the RocksDB column family
+//! `snapshot`, still read), restored from the snapshot on start; openraft then re-applies the
 //! committed log entries after it.
 
 use std::io::Cursor;
@@ -14,8 +15,9 @@ use openraft::{
 use rocksdb::DB;
 use serde::{Deserialize, Serialize};
 
-use crate::log_store::{synced, CF_SNAPSHOT};
+use crate::log_store::CF_SNAPSHOT;
 use crate::metadata::{Applied, Command, CommandResult, Metadata, MetadataError};
+use crate::snapshot_file::{self, decode_state, encode_state, StoredSnapshot};
 use crate::{NodeEndpoints, NodeId, TypeConfig};
 
 type StorageResult<T> = Result<T, StorageError<NodeId>>;
@@ -31,12 +33,6 @@ pub struct AppliedState {
     pub membership: StoredMembership<NodeId, NodeEndpoints>,
     /// The cluster metadata.
     pub metadata: Metadata,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-struct StoredSnapshot {
-    meta: SnapshotMeta<NodeId, NodeEndpoints>,
-    data: Vec<u8>,
 }
 
 /// One applied Dolly Put, as the leader publishes it (`dolly.md` §5.1: the stored record).
@@ -82,7 +78,7 @@ impl StateMachineStore {
         };
         if let Some(stored) = sm.read_snapshot()? {
             let state: AppliedState =
-                serde_json::from_slice(&stored.data).map_err(|e| sm_error(ErrorVerb::Read, e))?;
+                decode_state(&stored.data).map_err(|e| sm_error(ErrorVerb::Read, e))?;
             *sm.write()? = state;
         }
         Ok(sm)
@@ -168,7 +164,14 @@ impl StateMachineStore {
             .map_err(|_| sm_error(ErrorVerb::Write, "state machine lock poisoned"))
     }
 
+    /// The stored snapshot: the file, else one an earlier version left in the `snapshot`
+    /// column family (JSON).
     fn read_snapshot(&self) -> StorageResult<Option<StoredSnapshot>> {
+        if let Some(s) =
+            snapshot_file::load(self.db.path()).map_err(|e| sm_error(ErrorVerb::Read, e))?
+        {
+            return Ok(Some(s));
+        }
         let cf = self
             .db
             .cf_handle(CF_SNAPSHOT)
@@ -182,15 +185,16 @@ impl StateMachineStore {
             .map_err(|e| sm_error(ErrorVerb::Read, e))
     }
 
+    /// Saves `stored` as the snapshot file (durable on return) and drops an earlier version's
+    /// snapshot from the column family, which the file now supersedes.
     fn save_snapshot(&self, stored: &StoredSnapshot) -> StorageResult<()> {
-        let cf = self
-            .db
-            .cf_handle(CF_SNAPSHOT)
-            .ok_or_else(|| sm_error(ErrorVerb::Write, "missing column family snapshot"))?;
-        let bytes = serde_json::to_vec(stored).map_err(|e| sm_error(ErrorVerb::Write, e))?;
-        self.db
-            .put_cf_opt(cf, KEY_SNAPSHOT, bytes, &synced())
-            .map_err(|e| sm_error(ErrorVerb::Write, e))
+        snapshot_file::save(self.db.path(), stored).map_err(|e| sm_error(ErrorVerb::Write, e))?;
+        if let Some(cf) = self.db.cf_handle(CF_SNAPSHOT) {
+            if let Err(e) = self.db.delete_cf(cf, KEY_SNAPSHOT) {
+                tracing::warn!(error = %e, "old snapshot not removed from the column family");
+            }
+        }
+        Ok(())
     }
 }
 
@@ -216,25 +220,34 @@ impl StateMachineStore {
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
     async fn build_snapshot(&mut self) -> StorageResult<Snapshot<TypeConfig>> {
-        let state = self.state();
-        let data = serde_json::to_vec(&state).map_err(|e| sm_error(ErrorVerb::Read, e))?;
+        // Encoded under the read lock: no copy of the whole state first.
+        let (data, last_applied, membership) = {
+            let state = self
+                .state
+                .read()
+                .map_err(|_| sm_error(ErrorVerb::Read, "state machine lock poisoned"))?;
+            let data =
+                encode_state::<AppliedState>(&state).map_err(|e| sm_error(ErrorVerb::Read, e))?;
+            (data, state.last_applied, state.membership.clone())
+        };
         let n = self.snapshots.fetch_add(1, Ordering::Relaxed) + 1;
-        let snapshot_id = match state.last_applied {
+        let snapshot_id = match last_applied {
             Some(l) => format!("{}-{}-{n}", l.leader_id, l.index),
             None => format!("--{n}"),
         };
         let meta = SnapshotMeta {
-            last_log_id: state.last_applied,
-            last_membership: state.membership.clone(),
+            last_log_id: last_applied,
+            last_membership: membership,
             snapshot_id,
         };
-        self.save_snapshot(&StoredSnapshot {
+        let stored = StoredSnapshot {
             meta: meta.clone(),
-            data: data.clone(),
-        })?;
+            data,
+        };
+        self.save_snapshot(&stored)?;
         Ok(Snapshot {
             meta,
-            snapshot: Box::new(Cursor::new(data)),
+            snapshot: Box::new(Cursor::new(stored.data)),
         })
     }
 }
@@ -298,7 +311,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> StorageResult<()> {
         let data = snapshot.into_inner();
-        let state: AppliedState = serde_json::from_slice(&data)
+        let state: AppliedState = decode_state(&data)
             .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
         self.save_snapshot(&StoredSnapshot {
             meta: meta.clone(),

@@ -13,7 +13,8 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufStream};
 use tracing::debug;
 
-use crate::{NodeId, TypeConfig};
+use crate::metadata::{Command, CommandResult};
+use crate::{ClusterNode, NodeId, TypeConfig};
 
 /// Largest frame either side accepts, bytes (256 MiB): an AppendEntries of at most
 /// `max_payload_entries` entries, each a command batch of a few MiB, or one snapshot chunk.
@@ -28,6 +29,10 @@ pub enum RpcRequest {
     Vote(VoteRequest<NodeId>),
     /// One InstallSnapshot chunk.
     Snapshot(InstallSnapshotRequest<TypeConfig>),
+    /// A follower's proposal (a command or a batch) for the leader to write (issue #16: in
+    /// place of JSON over `POST /v1/internal/propose`); applied only if the receiver leads.
+    /// A node from before this variant answers `Refused`.
+    Propose(Command),
 }
 
 /// The answer to the [`RpcRequest`] before it on the same connection.
@@ -39,6 +44,9 @@ pub enum RpcResponse {
     Vote(Result<VoteResponse<NodeId>, RaftError<NodeId>>),
     /// To `Snapshot`.
     Snapshot(Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>),
+    /// To `Propose`: the leader's result, or why it was not written (as text, as the HTTP
+    /// forward answers it).
+    Proposed(Result<CommandResult, String>),
     /// The request could not be decoded (a peer of another version): the reason.
     Refused(String),
 }
@@ -99,18 +107,40 @@ pub async fn read_frame<R: AsyncRead + Unpin, T: DeserializeOwned>(
     Ok(Some(rmp_serde::from_slice(&body)?))
 }
 
-/// Serves one upgraded connection: answers each request in order until the peer closes it or
-/// sends something undecodable (answered `Refused`, then closed). Returns the node whose
-/// AppendEntries came last on it (a leader's replication stream), for
+/// Resolves once the Raft of `metrics` has shut down (its state says so or its core is gone).
+async fn stopped(
+    mut metrics: tokio::sync::watch::Receiver<
+        openraft::metrics::RaftServerMetrics<NodeId, crate::NodeEndpoints>,
+    >,
+) {
+    loop {
+        if metrics.borrow_and_update().state == openraft::ServerState::Shutdown {
+            return;
+        }
+        if metrics.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Serves one upgraded connection for `node`: answers each request in order until the peer
+/// closes it or sends something undecodable (answered `Refused`, then closed). Returns the node
+/// whose AppendEntries came last on it (a leader's replication stream), for
 /// [`crate::ClusterNode::leader_stream_closed`].
-pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
-    io: S,
-    raft: Raft<TypeConfig>,
-) -> Option<NodeId> {
+pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(io: S, node: &ClusterNode) -> Option<NodeId> {
+    let raft: &Raft<TypeConfig> = &node.raft;
     let mut io = BufStream::new(io);
     let mut from = None;
+    let stopped = stopped(raft.server_metrics());
+    tokio::pin!(stopped);
     loop {
-        let request = match read_frame::<_, RpcRequest>(&mut io).await {
+        // A stopped node lets go of its connections (and with them its storage): a follower
+        // keeps idle forward connections open to the leader it knew.
+        let next = tokio::select! {
+            next = read_frame::<_, RpcRequest>(&mut io) => next,
+            () = &mut stopped => return from,
+        };
+        let request = match next {
             Ok(Some(r)) => r,
             Ok(None) => return from,
             Err(e) => {
@@ -128,6 +158,9 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
             }
             RpcRequest::Vote(r) => RpcResponse::Vote(raft.vote(r).await),
             RpcRequest::Snapshot(r) => RpcResponse::Snapshot(raft.install_snapshot(r).await),
+            RpcRequest::Propose(c) => {
+                RpcResponse::Proposed(node.write(c).await.map_err(|e| e.to_string()))
+            }
         };
         if let Err(e) = write_frame(&mut io, &response).await {
             debug!(error = %e, "raft stream answer not sent");

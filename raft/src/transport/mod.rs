@@ -34,8 +34,10 @@ use tracing::warn;
 use crate::network::HttpConnection;
 use crate::{NodeEndpoints, NodeId, TypeConfig};
 
+mod forward;
 mod frame;
 
+pub(crate) use forward::{Forwarded, Forwarder};
 pub use frame::{
     read_frame, serve, write_frame, FrameError, RpcRequest, RpcResponse, MAX_FRAME_BYTES,
 };
@@ -61,6 +63,8 @@ pub struct TransportStats {
     pub failures: AtomicU64,
     /// Connections opened.
     pub connects: AtomicU64,
+    /// Proposals this node forwarded to the leader over the stream and got an answer to.
+    pub forwarded: AtomicU64,
 }
 
 /// The RPC kinds, in the order of [`TransportStats::timeouts`].
@@ -155,49 +159,51 @@ fn status_of(line: &str) -> Option<u16> {
     words.next()?.parse().ok()
 }
 
+/// Opens an upgraded stream to the admin address `http`, with `token` in the upgrade request.
+async fn open_stream(http: &str, token: Option<&str>) -> Result<BufStream<TcpStream>, Open> {
+    let tcp = TcpStream::connect(http).await.map_err(Open::Unreachable)?;
+    let _ = tcp.set_nodelay(true);
+    let mut io = BufStream::new(tcp);
+    io.write_all(upgrade_request(http, token).as_bytes())
+        .await
+        .map_err(Open::Unreachable)?;
+    io.flush().await.map_err(Open::Unreachable)?;
+    let mut head = Vec::new();
+    let mut status = None;
+    loop {
+        let mut line = Vec::new();
+        let n = (&mut io)
+            .take((MAX_HEAD_BYTES - head.len().min(MAX_HEAD_BYTES)) as u64)
+            .read_until(b'\n', &mut line)
+            .await
+            .map_err(Open::Unreachable)?;
+        if n == 0 || !line.ends_with(b"\n") {
+            return Err(Open::Failed("the peer closed during the upgrade".into()));
+        }
+        let text = String::from_utf8_lossy(&line);
+        if status.is_none() {
+            status = status_of(&text);
+        }
+        head.extend_from_slice(&line);
+        if text.trim().is_empty() {
+            break;
+        }
+    }
+    match status {
+        Some(101) => Ok(io),
+        Some(404) | Some(405) => Err(Open::NotSupported),
+        other => Err(Open::Failed(format!(
+            "upgrade to {PROTOCOL} answered {}",
+            other.map_or("garbage".to_owned(), |s| s.to_string())
+        ))),
+    }
+}
+
 impl StreamConnection {
     async fn open(&self) -> Result<BufStream<TcpStream>, Open> {
-        let tcp = TcpStream::connect(&self.node.http)
-            .await
-            .map_err(Open::Unreachable)?;
-        let _ = tcp.set_nodelay(true);
-        let mut io = BufStream::new(tcp);
-        io.write_all(upgrade_request(&self.node.http, self.token.as_deref()).as_bytes())
-            .await
-            .map_err(Open::Unreachable)?;
-        io.flush().await.map_err(Open::Unreachable)?;
-        let mut head = Vec::new();
-        let mut status = None;
-        loop {
-            let mut line = Vec::new();
-            let n = (&mut io)
-                .take((MAX_HEAD_BYTES - head.len().min(MAX_HEAD_BYTES)) as u64)
-                .read_until(b'\n', &mut line)
-                .await
-                .map_err(Open::Unreachable)?;
-            if n == 0 || !line.ends_with(b"\n") {
-                return Err(Open::Failed("the peer closed during the upgrade".into()));
-            }
-            let text = String::from_utf8_lossy(&line);
-            if status.is_none() {
-                status = status_of(&text);
-            }
-            head.extend_from_slice(&line);
-            if text.trim().is_empty() {
-                break;
-            }
-        }
-        match status {
-            Some(101) => {
-                self.stats.connects.fetch_add(1, Ordering::Relaxed);
-                Ok(io)
-            }
-            Some(404) | Some(405) => Err(Open::NotSupported),
-            other => Err(Open::Failed(format!(
-                "upgrade to {PROTOCOL} answered {}",
-                other.map_or("garbage".to_owned(), |s| s.to_string())
-            ))),
-        }
+        let io = open_stream(&self.node.http, self.token.as_deref()).await?;
+        self.stats.connects.fetch_add(1, Ordering::Relaxed);
+        Ok(io)
     }
 
     /// Sends `request` and reads its answer, opening the connection first if needed.
