@@ -402,8 +402,8 @@ impl ClusterNode {
     /// Proposes `command` through the leader, batched with the other proposals of this node
     /// that wait at the same moment ([`crate::batch`]): locally when this node leads, else
     /// forwarded to the leader over the binary Raft stream (or to its `PROPOSE_PATH` over
-    /// HTTP, for a leader from before it). While no leader is known (an
-    /// election), it retries every 100 ms for up to `FORWARD_TIMEOUT`.
+    /// HTTP, for a leader from before it). While no leader is known (an election), it retries
+    /// every 100 ms for up to `FORWARD_TIMEOUT`.
     ///
     /// Errors: as [`ClusterNode::write`]; `NotLeader` when no leader emerges in time; `Write`
     /// when the forward fails.

@@ -27,6 +27,7 @@ mod members;
 pub mod network;
 pub mod snapshot_file;
 pub mod state_machine;
+mod stored;
 pub mod transport;
 mod types;
 

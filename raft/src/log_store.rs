@@ -8,9 +8,8 @@
 //! commit). The committed log id is written unsynced: one lost in a crash only means that
 //! fewer entries are applied at start, until the leader says again what is committed.
 //!
-//! Entries are stored as MessagePack (named fields, as the transport sends them; Dolly keys and
-//! values as bytes). Entries written by earlier versions as JSON are still read: a JSON entry
-//! starts with `{`, which no MessagePack map does.
+//! Entries are stored as [`crate::stored`] encodes them (MessagePack; JSON from earlier
+//! versions is still read).
 
 use std::fmt::Debug;
 use std::ops::RangeBounds;
@@ -85,18 +84,14 @@ pub(crate) fn synced() -> WriteOptions {
     w
 }
 
-/// An entry as stored: MessagePack with field names.
+/// An entry as stored ([`crate::stored`]).
 pub(crate) fn encode_entry(entry: &Entry<TypeConfig>) -> StorageResult<Vec<u8>> {
-    rmp_serde::to_vec_named(entry).map_err(|e| StorageIOError::write_logs(&e).into())
+    crate::stored::encode(entry).map_err(|e| StorageIOError::write_logs(&e).into())
 }
 
-/// A stored entry: MessagePack, or JSON as versions before issue #16's group commit wrote it.
+/// A stored entry ([`crate::stored`]: MessagePack, or JSON from earlier versions).
 pub(crate) fn decode_entry(bytes: &[u8]) -> StorageResult<Entry<TypeConfig>> {
-    if bytes.first() == Some(&b'{') {
-        serde_json::from_slice(bytes).map_err(|e| StorageIOError::read_logs(&e).into())
-    } else {
-        rmp_serde::from_slice(bytes).map_err(|e| StorageIOError::read_logs(&e).into())
-    }
+    crate::stored::decode(bytes).map_err(|e| StorageIOError::read_logs(&e).into())
 }
 
 fn index_key(index: u64) -> [u8; 8] {

@@ -50,19 +50,15 @@ pub enum SnapshotFileError {
     Encoding(String),
 }
 
-/// The state (`crate::state_machine::AppliedState`) as a snapshot carries it: MessagePack with
-/// field names.
+/// The state (`crate::state_machine::AppliedState`) as a snapshot carries it
+/// ([`crate::stored`]: MessagePack).
 pub(crate) fn encode_state<T: Serialize>(state: &T) -> Result<Vec<u8>, SnapshotFileError> {
-    rmp_serde::to_vec_named(state).map_err(|e| SnapshotFileError::Encoding(e.to_string()))
+    crate::stored::encode(state).map_err(|e| SnapshotFileError::Encoding(e.to_string()))
 }
 
 /// A state from a snapshot: MessagePack, or JSON as earlier versions wrote and sent it.
 pub(crate) fn decode_state<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, SnapshotFileError> {
-    if bytes.first() == Some(&b'{') {
-        serde_json::from_slice(bytes).map_err(|e| SnapshotFileError::Encoding(e.to_string()))
-    } else {
-        rmp_serde::from_slice(bytes).map_err(|e| SnapshotFileError::Encoding(e.to_string()))
-    }
+    crate::stored::decode(bytes).map_err(|e| SnapshotFileError::Encoding(e.to_string()))
 }
 
 /// `snapshot` in the layout of [`FILE`].
