@@ -18,9 +18,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Instant;
 
-/// How often the allocator's statistics are refreshed, ms (refreshing takes a lock inside the
-/// allocator, so it is not done per request).
+/// How often the allocator's statistics are refreshed when a request comes near the ceiling,
+/// ms (refreshing merges every arena's statistics under their locks, so it is not done per
+/// request).
 const REFRESH_MS: u64 = 5;
+/// How old a reading may be while the heap plus the request stays under half the ceiling,
+/// ms: at 5 ms, refreshing cost about 2% of a 2-core machine's CPU under 64 Dolly clients.
+const REFRESH_FAR_MS: u64 = 100;
 
 /// A process-wide ceiling on heap bytes, shared by the endpoints.
 #[derive(Debug)]
@@ -48,7 +52,8 @@ impl MemoryBudget {
     /// Whether `extra` more bytes fit under the ceiling now. A false answer is counted (see
     /// [`MemoryBudget::refused`]).
     pub fn allows(&self, extra: u64) -> bool {
-        let ok = heap_bytes().saturating_add(extra) <= self.limit;
+        let far = heap_bytes_at_most(REFRESH_FAR_MS).saturating_add(extra) <= self.limit / 2;
+        let ok = far || heap_bytes().saturating_add(extra) <= self.limit;
         if !ok {
             self.refused.fetch_add(1, Ordering::Relaxed);
         }
@@ -64,12 +69,17 @@ impl MemoryBudget {
 /// Heap bytes allocated through jemalloc, at most [`REFRESH_MS`] old; 0 when jemalloc is not
 /// the process's allocator or its statistics cannot be read.
 pub fn heap_bytes() -> u64 {
+    heap_bytes_at_most(REFRESH_MS)
+}
+
+/// [`heap_bytes`], read at most `max_age_ms` ago.
+fn heap_bytes_at_most(max_age_ms: u64) -> u64 {
     static START: OnceLock<Instant> = OnceLock::new();
     static REFRESHED_MS: AtomicU64 = AtomicU64::new(u64::MAX);
     static LAST: AtomicU64 = AtomicU64::new(0);
     let now = START.get_or_init(Instant::now).elapsed().as_millis() as u64;
     let at = REFRESHED_MS.load(Ordering::Relaxed);
-    if at == u64::MAX || now.saturating_sub(at) >= REFRESH_MS {
+    if at == u64::MAX || now.saturating_sub(at) >= max_age_ms {
         REFRESHED_MS.store(now, Ordering::Relaxed);
         if tikv_jemalloc_ctl::epoch::advance().is_ok() {
             if let Ok(bytes) = tikv_jemalloc_ctl::stats::allocated::read() {

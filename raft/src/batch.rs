@@ -109,48 +109,114 @@ impl Proposer {
     }
 }
 
+/// How many commands `c` brings to a batch: a forwarded batch brings each of its own.
+fn count(c: &Command) -> usize {
+    match c {
+        Command::Batch(commands) => commands.len(),
+        _ => 1,
+    }
+}
+
+/// Bytes `c` adds to a batch ([`weight`] of each command of a forwarded batch).
+fn bytes(c: &Command) -> usize {
+    match c {
+        Command::Batch(commands) => commands.iter().map(weight).sum(),
+        other => weight(other),
+    }
+}
+
+/// Each waiter's own result from the outcome of the one entry that carried all their
+/// commands, in order: a waiter that proposed a batch (one forwarded by a follower) gets the
+/// results of its commands as one [`Applied::Batch`], the others their command's result.
+fn answers(
+    outcome: Result<CommandResult, ClusterError>,
+    sizes: &[(usize, bool)],
+) -> Vec<Result<CommandResult, ClusterError>> {
+    let total = sizes.iter().map(|(n, _)| n).sum();
+    let mut each = split(outcome, total).into_iter();
+    sizes
+        .iter()
+        .map(|&(n, grouped)| {
+            let mine: Vec<_> = each.by_ref().take(n).collect();
+            if !grouped {
+                return mine.into_iter().next().unwrap_or_else(|| {
+                    Err(ClusterError::Write("a batch answer was missing".into()))
+                });
+            }
+            mine.into_iter()
+                .collect::<Result<Vec<CommandResult>, ClusterError>>()
+                .map(|results| Ok(Applied::Batch(results)))
+        })
+        .collect()
+}
+
 /// The proposer loop: takes what is queued (up to the limits) once a batch may go, proposes it
-/// through `propose` (the node's unbatched `propose_now`) and answers each waiter. Ends when
-/// every sender is gone.
+/// through `propose` (the node's unbatched `propose_now`) and answers each waiter. A queued
+/// [`Command::Batch`] (a follower's batch forwarded to this leader) is merged command by command
+/// into the entry, so the leader writes one entry for its own proposals and every follower's
+/// (issue #16: openraft 0.9 writes and fsyncs each entry before the next, so entries, not
+/// commands, bound the rate). Ends when every sender is gone.
 pub(crate) async fn run<P, F>(propose: P, mut rx: mpsc::Receiver<Pending>)
 where
     P: Fn(Command) -> F + Clone + Send + 'static,
     F: Future<Output = Result<CommandResult, ClusterError>> + Send,
 {
     let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
-    while let Some(first) = rx.recv().await {
+    // A proposal that did not fit the batch before: it starts the next one.
+    let mut carried: Option<Pending> = None;
+    loop {
+        let first = match carried.take() {
+            Some(p) => p,
+            None => match rx.recv().await {
+                Some(p) => p,
+                None => return,
+            },
+        };
         let Ok(permit) = in_flight.clone().acquire_owned().await else {
             return;
         };
-        let mut bytes = weight(&first.command);
+        let (mut commands, mut weight_sum) = (count(&first.command), bytes(&first.command));
         let mut batch = vec![first];
-        while batch.len() < MAX_COMMANDS && bytes < MAX_BYTES {
-            match rx.try_recv() {
-                Ok(p) => {
-                    bytes += weight(&p.command);
-                    batch.push(p);
-                }
-                Err(_) => break,
+        while let Ok(p) = rx.try_recv() {
+            let (n, w) = (count(&p.command), bytes(&p.command));
+            if commands + n > MAX_COMMANDS || weight_sum + w > MAX_BYTES {
+                carried = Some(p);
+                break;
             }
+            commands += n;
+            weight_sum += w;
+            batch.push(p);
         }
         let propose = propose.clone();
-        let span = tracing::debug_span!("proposal_batch", commands = batch.len());
+        let span = tracing::debug_span!("proposal_batch", commands, proposals = batch.len());
         tokio::spawn(
             async move {
                 let _permit = permit;
-                let (commands, replies): (Vec<Command>, Vec<_>) =
-                    batch.into_iter().map(|p| (p.command, p.reply)).unzip();
-                let results = if commands.len() == 1 {
-                    let command = commands.into_iter().next();
-                    match command {
-                        Some(c) => vec![propose(c).await],
-                        None => Vec::new(),
+                if batch.len() == 1 {
+                    // One proposal (a command, or a forwarded batch) goes as it came.
+                    for p in batch {
+                        let _ = p.reply.send(propose(p.command).await);
                     }
-                } else {
-                    let n = commands.len();
-                    split(propose(Command::Batch(commands)).await, n)
-                };
-                for (reply, result) in replies.into_iter().zip(results) {
+                    return;
+                }
+                let mut sizes = Vec::with_capacity(batch.len());
+                let mut replies = Vec::with_capacity(batch.len());
+                let mut all = Vec::with_capacity(commands);
+                for p in batch {
+                    match p.command {
+                        Command::Batch(inner) => {
+                            sizes.push((inner.len(), true));
+                            all.extend(inner);
+                        }
+                        other => {
+                            sizes.push((1, false));
+                            all.push(other);
+                        }
+                    }
+                    replies.push(p.reply);
+                }
+                let outcome = propose(Command::Batch(all)).await;
+                for (reply, result) in replies.into_iter().zip(answers(outcome, &sizes)) {
                     let _ = reply.send(result);
                 }
             }
@@ -197,5 +263,91 @@ mod tests {
         assert!(short
             .iter()
             .all(|r| matches!(r, Err(ClusterError::Write(_)))));
+    }
+
+    /// A command that names itself in its key, so an answer shows whose it was.
+    fn put(key: &str) -> Command {
+        Command::DollyPut {
+            key: key.as_bytes().to_vec(),
+            value: Vec::new(),
+            request: None,
+            deadline_ms: u64::MAX,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_forwarded_batch_joins_the_leaders_entry_and_gets_its_own_results_back() {
+        let (proposer, rx) = Proposer::start();
+        let entries = Arc::new(std::sync::Mutex::new(Vec::new()));
+        // A fake leader: every command's result is a sequence, its position in the entry.
+        let seen = entries.clone();
+        let fake = move |c: Command| {
+            let seen = seen.clone();
+            async move {
+                let n = count(&c);
+                seen.lock().expect("lock").push(c);
+                let results = (0..n as u64)
+                    .map(|sequence| Ok(Applied::DollyPut { sequence }))
+                    .collect();
+                Ok(Ok(Applied::Batch(results)))
+            }
+        };
+        // Queued before the loop runs: they all wait at the same moment.
+        let waiters = vec![
+            tokio::spawn({
+                let p = proposer.clone();
+                async move { p.propose(put("own-0")).await }
+            }),
+            tokio::spawn({
+                let p = proposer.clone();
+                async move {
+                    p.propose(Command::Batch(vec![put("f-1"), put("f-2")]))
+                        .await
+                }
+            }),
+            tokio::spawn({
+                let p = proposer.clone();
+                async move { p.propose(put("own-3")).await }
+            }),
+        ];
+        tokio::task::yield_now().await;
+        drop(proposer);
+        tokio::spawn(run(fake, rx));
+        let mut got = Vec::new();
+        for w in waiters {
+            got.push(w.await.expect("join").expect("answered"));
+        }
+        let entries = entries.lock().expect("lock").clone();
+        assert_eq!(entries.len(), 1, "one entry for all three: {entries:?}");
+        let Command::Batch(inner) = &entries[0] else {
+            panic!("not a batch: {:?}", entries[0]);
+        };
+        assert_eq!(
+            inner.len(),
+            4,
+            "the forwarded batch is merged command by command"
+        );
+        let seq = |r: &CommandResult| match r {
+            Ok(Applied::DollyPut { sequence }) => *sequence,
+            other => panic!("{other:?}"),
+        };
+        // Each waiter gets the results at its own place in the entry.
+        let order: Vec<u64> = inner
+            .iter()
+            .map(|c| match c {
+                Command::DollyPut { key, .. } => u64::from(key[key.len() - 1] - b'0'),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        let pos = |k: u64| order.iter().position(|o| *o == k).expect("in the entry") as u64;
+        assert_eq!(seq(&got[0]), pos(0));
+        let Ok(Applied::Batch(forwarded)) = &got[1] else {
+            panic!("the forwarded batch is answered as a batch: {:?}", got[1]);
+        };
+        assert_eq!(
+            forwarded.iter().map(seq).collect::<Vec<_>>(),
+            vec![pos(1), pos(2)]
+        );
+        assert_eq!(seq(&got[2]), pos(3));
     }
 }

@@ -419,6 +419,20 @@ impl ClusterNode {
         }
     }
 
+    /// A proposal forwarded to this node by a follower (over the Raft stream). On the leader
+    /// it joins this node's next batch ([`crate::batch`]), so the proposals of every member
+    /// share one log entry; lease renewals and registrations are written at once, as in
+    /// [`ClusterNode::propose`]. Elsewhere it is refused as `NotLeader`, never forwarded again.
+    ///
+    /// Errors: as [`ClusterNode::write`].
+    pub async fn write_forwarded(&self, command: Command) -> Result<CommandResult, ClusterError> {
+        match command {
+            Command::Heartbeat { .. } | Command::RegisterNode { .. } => self.write(command).await,
+            _ if self.leader() != Some(self.id) => self.write(command).await,
+            other => self.proposer.propose(other).await,
+        }
+    }
+
     /// [`ClusterNode::propose`] without batching: this one command (or batch) now.
     pub(crate) async fn propose_now(
         &self,

@@ -4,8 +4,7 @@
 //! before the call returns, so a vote that reached only the page cache can never let a node
 //! vote twice in one term after a power loss (Raft §5.2; openraft's `RaftLogStorage::save_vote`
 //! contract). Appended entries are durable before their flush callback fires: they are written
-//! unsynced and [`crate::log_sync`] syncs the WAL once for every append waiting (group
-//! commit). The committed log id is written unsynced: one lost in a crash only means that
+//! unsynced and [`crate::log_sync`] syncs the WAL, once for every append waiting. The committed log id is written unsynced: one lost in a crash only means that
 //! fewer entries are applied at start, until the leader says again what is committed.
 //!
 //! Entries are stored as [`crate::stored`] encodes them (MessagePack; JSON from earlier

@@ -3,11 +3,14 @@
 //! callbacks queue here; one thread syncs the write-ahead log once for every callback waiting
 //! and then fires them, in append order. openraft counts an entry towards a quorum (and a
 //! follower answers an AppendEntries) only from its callback, so an entry is still durable
-//! before it can commit; what changes is that the Raft core no longer blocks on the fsync and
-//! that concurrent appends share one.
+//! before it can commit.
 //!
-//! Before, each append was a synced RocksDB write inside the Raft core's task: one fsync per
-//! append, with the core (heartbeats, votes, replication) stalled for its length.
+//! What it does not do under openraft 0.9 (measured with `perf trace` in 2026-12): its core
+//! awaits each append's callback before it runs the next command (`RaftCore::append_to_log`),
+//! so appends never overlap and each sync covers one append; the core still waits for the
+//! fsync, now on this thread rather than inside a synced RocksDB write. Entries are fewer
+//! because proposals are batched ([`crate::batch`]), the leader merging every member's; the
+//! grouping here pays off with a Raft core whose log I/O is asynchronous.
 
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Weak};

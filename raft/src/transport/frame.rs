@@ -159,7 +159,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(io: S, node: &ClusterNode)
             RpcRequest::Vote(r) => RpcResponse::Vote(raft.vote(r).await),
             RpcRequest::Snapshot(r) => RpcResponse::Snapshot(raft.install_snapshot(r).await),
             RpcRequest::Propose(c) => {
-                RpcResponse::Proposed(node.write(c).await.map_err(|e| e.to_string()))
+                RpcResponse::Proposed(node.write_forwarded(c).await.map_err(|e| e.to_string()))
             }
         };
         if let Err(e) = write_frame(&mut io, &response).await {
