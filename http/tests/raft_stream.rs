@@ -6,7 +6,7 @@ mod common;
 use common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use zper_raft::metadata::{Applied, Command, FragmentPolicy};
+use zper_raft::metadata::{Applied, Command, FragmentPolicy, MetadataError};
 use zper_raft::transport::{
     read_frame, write_frame, RpcRequest, RpcResponse, PROTOCOL, STREAM_PATH,
 };
@@ -253,5 +253,25 @@ async fn a_propose_frame_is_written_by_the_leader_only() {
         .metadata()
         .topics
         .contains_key("p2"));
+    // A batch inside a batch is refused, also when it is the batch's only command (it was
+    // written as the entry then, its commands applied: helper-14).
+    let mut s = open(c.leader()).await;
+    let nested = Command::Batch(vec![Command::Batch(vec![create("p3")])]);
+    write_frame(&mut s, &RpcRequest::Propose(nested))
+        .await
+        .expect("write");
+    match read_frame::<_, RpcResponse>(&mut s).await {
+        Ok(Some(RpcResponse::Proposed(Ok(Ok(Applied::Batch(results)))))) => assert!(
+            matches!(results.as_slice(), [Err(MetadataError::NestedBatch)]),
+            "{results:?}"
+        ),
+        other => panic!("expected the batch's results, got {other:?}"),
+    }
+    assert!(!c
+        .node(c.leader())
+        .state
+        .metadata()
+        .topics
+        .contains_key("p3"));
     c.stop().await;
 }

@@ -30,6 +30,8 @@ pub const MAX_IN_FLIGHT: usize = 4;
 /// One proposal waiting for its batch.
 pub(crate) struct Pending {
     command: Command,
+    /// Forwarded to this node by a follower: written here or refused, never forwarded again.
+    forwarded: bool,
     reply: oneshot::Sender<Result<CommandResult, ClusterError>>,
 }
 
@@ -98,9 +100,32 @@ impl Proposer {
     ///
     /// Errors: `Write` when the proposer has stopped (the node is shutting down).
     pub(crate) async fn propose(&self, command: Command) -> Result<CommandResult, ClusterError> {
+        self.queue(command, false).await
+    }
+
+    /// Queues `command`, forwarded to this (leading) node by a follower: the entry that carries
+    /// it is written here or not at all. Should this node have lost the lead by then, it is
+    /// answered `NotLeader` (and the follower tries the new leader itself) rather than forwarded
+    /// a second time, where it could be in flight twice.
+    pub(crate) async fn propose_forwarded(
+        &self,
+        command: Command,
+    ) -> Result<CommandResult, ClusterError> {
+        self.queue(command, true).await
+    }
+
+    async fn queue(
+        &self,
+        command: Command,
+        forwarded: bool,
+    ) -> Result<CommandResult, ClusterError> {
         let (reply, answer) = oneshot::channel();
         self.tx
-            .send(Pending { command, reply })
+            .send(Pending {
+                command,
+                forwarded,
+                reply,
+            })
             .await
             .map_err(|_| ClusterError::Write("the proposer stopped".into()))?;
         answer
@@ -151,14 +176,17 @@ fn answers(
 }
 
 /// The proposer loop: takes what is queued (up to the limits) once a batch may go, proposes it
-/// through `propose` (the node's unbatched `propose_now`) and answers each waiter. A queued
+/// through `propose(entry, here_only)` and answers each waiter. `here_only` is true when the
+/// entry carries a forwarded proposal: the node then writes it only if it still leads (its
+/// `write`), else any node's (its `propose_now`, which forwards to the leader). The node's
+/// own proposals in such an entry are answered `NotLeader` too should it have lost the lead. A queued
 /// [`Command::Batch`] (a follower's batch forwarded to this leader) is merged command by command
 /// into the entry, so the leader writes one entry for its own proposals and every follower's
 /// (issue #16: openraft 0.9 writes and fsyncs each entry before the next, so entries, not
 /// commands, bound the rate). Ends when every sender is gone.
 pub(crate) async fn run<P, F>(propose: P, mut rx: mpsc::Receiver<Pending>)
 where
-    P: Fn(Command) -> F + Clone + Send + 'static,
+    P: Fn(Command, bool) -> F + Clone + Send + 'static,
     F: Future<Output = Result<CommandResult, ClusterError>> + Send,
 {
     let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
@@ -192,10 +220,11 @@ where
         tokio::spawn(
             async move {
                 let _permit = permit;
+                let here_only = batch.iter().any(|p| p.forwarded);
                 if batch.len() == 1 {
                     // One proposal (a command, or a forwarded batch) goes as it came.
                     for p in batch {
-                        let _ = p.reply.send(propose(p.command).await);
+                        let _ = p.reply.send(propose(p.command, here_only).await);
                     }
                     return;
                 }
@@ -215,7 +244,7 @@ where
                     }
                     replies.push(p.reply);
                 }
-                let outcome = propose(Command::Batch(all)).await;
+                let outcome = propose(Command::Batch(all), here_only).await;
                 for (reply, result) in replies.into_iter().zip(answers(outcome, &sizes)) {
                     let _ = reply.send(result);
                 }
@@ -281,11 +310,11 @@ mod tests {
         let entries = Arc::new(std::sync::Mutex::new(Vec::new()));
         // A fake leader: every command's result is a sequence, its position in the entry.
         let seen = entries.clone();
-        let fake = move |c: Command| {
+        let fake = move |c: Command, here_only: bool| {
             let seen = seen.clone();
             async move {
                 let n = count(&c);
-                seen.lock().expect("lock").push(c);
+                seen.lock().expect("lock").push((c, here_only));
                 let results = (0..n as u64)
                     .map(|sequence| Ok(Applied::DollyPut { sequence }))
                     .collect();
@@ -301,7 +330,7 @@ mod tests {
             tokio::spawn({
                 let p = proposer.clone();
                 async move {
-                    p.propose(Command::Batch(vec![put("f-1"), put("f-2")]))
+                    p.propose_forwarded(Command::Batch(vec![put("f-1"), put("f-2")]))
                         .await
                 }
             }),
@@ -319,9 +348,13 @@ mod tests {
         }
         let entries = entries.lock().expect("lock").clone();
         assert_eq!(entries.len(), 1, "one entry for all three: {entries:?}");
-        let Command::Batch(inner) = &entries[0] else {
+        let (Command::Batch(inner), here_only) = &entries[0] else {
             panic!("not a batch: {:?}", entries[0]);
         };
+        assert!(
+            here_only,
+            "an entry with a forwarded proposal is never forwarded again"
+        );
         assert_eq!(
             inner.len(),
             4,

@@ -277,9 +277,15 @@ impl ClusterNode {
         // other handle is dropped.
         let proposer_node = node.clone();
         tokio::spawn(crate::batch::run(
-            move |command| {
+            move |command, here_only| {
                 let node = proposer_node.clone();
-                async move { node.propose_now(command).await }
+                async move {
+                    if here_only {
+                        node.write(command).await
+                    } else {
+                        node.propose_now(command).await
+                    }
+                }
             },
             queue,
         ));
@@ -337,6 +343,9 @@ impl ClusterNode {
                 deadline_ms,
                 ..
             } if crate::dolly::now_ms() > *deadline_ms => Some(MetadataError::DollyPutExpired),
+            // Only reached for a command inside a batch (`write` takes a batch apart): refused
+            // here too when it would be written alone, as the entry it would unwrap into.
+            Command::Batch(_) => Some(MetadataError::NestedBatch),
             _ => None,
         }
     }
@@ -429,7 +438,7 @@ impl ClusterNode {
         match command {
             Command::Heartbeat { .. } | Command::RegisterNode { .. } => self.write(command).await,
             _ if self.leader() != Some(self.id) => self.write(command).await,
-            other => self.proposer.propose(other).await,
+            other => self.proposer.propose_forwarded(other).await,
         }
     }
 
