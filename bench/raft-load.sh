@@ -10,7 +10,10 @@
 # on), {event="failed"} and the Raft term; and the Raft directory's size and RSS of each node
 # after the load and after IDLE_S seconds of rest; lease renewals that lapsed (goal 0) and the
 # smallest lease margin a renewal left (node.lease_ms minus the worst renewal delay).
-# Prints the deltas, one line per node.
+# Prints the deltas, one line per node. Beside the nodes, a probe that is not zper writes 200
+# bytes and fdatasyncs them every 10 ms on the same filesystem and prints its worst syncs: when
+# the disk itself stalls longer than an AppendEntries may take (raft.heartbeat_ms, 200 ms),
+# every process on it stalls, and the timeouts and lapses of that moment are the disk's.
 # Bounded: LOAD_S + IDLE_S seconds plus start-up. ZPER_BIN=<binary> skips the release build.
 set -euo pipefail
 LOAD_S=${LOAD_S:-300}
@@ -52,6 +55,22 @@ usage() {
 }
 declare -A before
 for i in 1 2 3; do before[$i]=$(counters "$i"); echo "node $i idle before: $(usage "$i")"; done
+python3 - "$dir/probe" "$LOAD_S" > "$dir/probe.out" <<'PY' &
+import os, sys, time
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+end, lat = time.time() + float(sys.argv[2]), []
+while time.time() < end:
+    os.write(fd, b"x" * 200)
+    t = time.perf_counter()
+    os.fdatasync(fd)
+    lat.append((time.perf_counter() - t) * 1000)
+    time.sleep(0.01)
+lat.sort()
+print(f"disk probe (not zper, same filesystem): {len(lat)} fdatasyncs, p50 {lat[len(lat) // 2]:.1f} ms, "
+      f"p99 {lat[int(len(lat) * 0.99)]:.1f} ms, max {lat[-1]:.0f} ms, over 200 ms: {sum(x > 200 for x in lat)}, "
+      f"over 1 s: {sum(x > 1000 for x in lat)}")
+PY
+probe=$!
 hogs=()
 for _ in $(seq 1 "$HOGS"); do (while :; do :; done) & hogs+=($!); done
 end=$((SECONDS + LOAD_S))
@@ -62,7 +81,7 @@ loop timeout $((LOAD_S + 5)) $Z perf dolly-put -e "$(dolly 1),$(dolly 2),$(dolly
 p2=$!
 loop timeout $((LOAD_S + 5)) $Z perf metadata --admin "$(admin 1)" -n 2000 -c 16 --prefix churn &
 p3=$!
-wait $p1 $p2 $p3 || true
+wait $p1 $p2 $p3 $probe || true
 kill "${hogs[@]}" 2>/dev/null || true
 for i in 1 2 3; do echo "node $i after load: $(usage "$i")"; done
 sleep "$IDLE_S"
@@ -78,3 +97,4 @@ print(f"node {node}: " + " ".join(f"{k}+{int(a.get(k, 0)) - int(b.get(k, 0))}" f
       + f" lease_margin_min_ms={a.get('lease_margin_min_ms', 'none')}; after rest: {use}")
 PY
 done
+cat "$dir/probe.out"
