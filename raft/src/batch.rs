@@ -27,12 +27,15 @@ pub const MAX_BYTES: usize = 2 << 20;
 /// Batches proposed and not yet answered, at most.
 pub const MAX_IN_FLIGHT: usize = 4;
 
+/// Where a proposal's result goes.
+type Reply = oneshot::Sender<Result<CommandResult, ClusterError>>;
+
 /// One proposal waiting for its batch.
 pub(crate) struct Pending {
     command: Command,
     /// Forwarded to this node by a follower: written here or refused, never forwarded again.
     forwarded: bool,
-    reply: oneshot::Sender<Result<CommandResult, ClusterError>>,
+    reply: Reply,
 }
 
 /// The sending half of a node's proposer.
@@ -175,15 +178,40 @@ fn answers(
         .collect()
 }
 
+/// The commands of `batch` in one list, a forwarded [`Command::Batch`] taken apart; with each
+/// waiter's share of it ([`answers`]) and reply, in the same order.
+fn merge(batch: Vec<Pending>) -> (Vec<Command>, Vec<(usize, bool)>, Vec<Reply>) {
+    let mut all = Vec::new();
+    let mut sizes = Vec::with_capacity(batch.len());
+    let mut replies = Vec::with_capacity(batch.len());
+    for p in batch {
+        match p.command {
+            Command::Batch(inner) => {
+                sizes.push((inner.len(), true));
+                all.extend(inner);
+            }
+            other => {
+                sizes.push((1, false));
+                all.push(other);
+            }
+        }
+        replies.push(p.reply);
+    }
+    (all, sizes, replies)
+}
+
 /// The proposer loop: takes what is queued (up to the limits) once a batch may go, proposes it
-/// through `propose(entry, here_only)` and answers each waiter. `here_only` is true when the
-/// entry carries a forwarded proposal: the node then writes it only if it still leads (its
-/// `write`), else any node's (its `propose_now`, which forwards to the leader). The node's
-/// own proposals in such an entry are answered `NotLeader` too should it have lost the lead. A queued
-/// [`Command::Batch`] (a follower's batch forwarded to this leader) is merged command by command
-/// into the entry, so the leader writes one entry for its own proposals and every follower's
-/// (issue #16: openraft 0.9 writes and fsyncs each entry before the next, so entries, not
-/// commands, bound the rate). Ends when every sender is gone.
+/// through `propose(entry, here_only)` and answers each waiter.
+///
+/// A queued [`Command::Batch`] (a follower's batch forwarded to this leader) is merged command
+/// by command into the entry, so the leader writes one entry for its own proposals and every
+/// follower's (issue #16: openraft 0.9 writes and fsyncs each entry before the next, so
+/// entries, not commands, bound the rate).
+///
+/// `here_only` is true when the entry carries a forwarded proposal: the node then writes it
+/// only if it still leads (its `write`); otherwise anywhere (its `propose_now`, which forwards
+/// to the leader). Should the node have lost the lead, its own proposals in such an entry are
+/// answered `NotLeader` as well. Ends when every sender is gone.
 pub(crate) async fn run<P, F>(propose: P, mut rx: mpsc::Receiver<Pending>)
 where
     P: Fn(Command, bool) -> F + Clone + Send + 'static,
@@ -228,22 +256,7 @@ where
                     }
                     return;
                 }
-                let mut sizes = Vec::with_capacity(batch.len());
-                let mut replies = Vec::with_capacity(batch.len());
-                let mut all = Vec::with_capacity(commands);
-                for p in batch {
-                    match p.command {
-                        Command::Batch(inner) => {
-                            sizes.push((inner.len(), true));
-                            all.extend(inner);
-                        }
-                        other => {
-                            sizes.push((1, false));
-                            all.push(other);
-                        }
-                    }
-                    replies.push(p.reply);
-                }
+                let (all, sizes, replies) = merge(batch);
                 let outcome = propose(Command::Batch(all), here_only).await;
                 for (reply, result) in replies.into_iter().zip(answers(outcome, &sizes)) {
                     let _ = reply.send(result);

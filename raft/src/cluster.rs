@@ -434,7 +434,10 @@ impl ClusterNode {
     /// [`ClusterNode::propose`]. Elsewhere it is refused as `NotLeader`, never forwarded again.
     ///
     /// Errors: as [`ClusterNode::write`].
-    pub async fn write_forwarded(&self, command: Command) -> Result<CommandResult, ClusterError> {
+    pub(crate) async fn write_forwarded(
+        &self,
+        command: Command,
+    ) -> Result<CommandResult, ClusterError> {
         match command {
             Command::Heartbeat { .. } | Command::RegisterNode { .. } => self.write(command).await,
             _ if self.leader() != Some(self.id) => self.write(command).await,
