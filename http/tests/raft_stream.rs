@@ -204,6 +204,15 @@ async fn concurrent_proposals_share_entries_and_keep_their_own_results() {
     c.stop().await;
 }
 
+/// Whether the leader's applied metadata has topic `name`.
+fn has_topic(c: &Cluster, name: &str) -> bool {
+    c.node(c.leader())
+        .state
+        .metadata()
+        .topics
+        .contains_key(name)
+}
+
 /// A `Propose` frame, as a follower forwards it: the leader writes it and answers `Proposed`
 /// with the result; a follower answers with its refusal (it never forwards a forwarded one);
 /// the connection stays usable for the next frame.
@@ -233,12 +242,7 @@ async fn a_propose_frame_is_written_by_the_leader_only() {
             other => panic!("expected Proposed(Ok), got {other:?}"),
         }
     }
-    assert!(c
-        .node(c.leader())
-        .state
-        .metadata()
-        .topics
-        .contains_key("p1"));
+    assert!(has_topic(&c, "p1"));
     let mut s = open(c.follower()).await;
     write_frame(&mut s, &RpcRequest::Propose(create("p2")))
         .await
@@ -247,12 +251,7 @@ async fn a_propose_frame_is_written_by_the_leader_only() {
         Ok(Some(RpcResponse::Proposed(Err(why)))) => assert!(why.contains("leader"), "{why}"),
         other => panic!("expected Proposed(Err), got {other:?}"),
     }
-    assert!(!c
-        .node(c.leader())
-        .state
-        .metadata()
-        .topics
-        .contains_key("p2"));
+    assert!(!has_topic(&c, "p2"));
     // A batch inside a batch is refused, also when it is the batch's only command (it was
     // written as the entry then, its commands applied: helper-14).
     let mut s = open(c.leader()).await;
@@ -267,11 +266,6 @@ async fn a_propose_frame_is_written_by_the_leader_only() {
         ),
         other => panic!("expected the batch's results, got {other:?}"),
     }
-    assert!(!c
-        .node(c.leader())
-        .state
-        .metadata()
-        .topics
-        .contains_key("p3"));
+    assert!(!has_topic(&c, "p3"));
     c.stop().await;
 }
