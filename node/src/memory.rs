@@ -22,8 +22,9 @@ use std::time::Instant;
 /// ms (refreshing merges every arena's statistics under their locks, so it is not done per
 /// request).
 const REFRESH_MS: u64 = 5;
-/// How old a reading may be while the heap plus the request stays under half the ceiling,
-/// ms: at 5 ms, refreshing cost about 2% of a 2-core machine's CPU under 64 Dolly clients.
+/// How old a reading may be while it, what was allowed since and the request stay under half
+/// the ceiling, ms: at 5 ms, refreshing cost about 2% of a 2-core machine's CPU under 64 Dolly
+/// clients.
 const REFRESH_FAR_MS: u64 = 100;
 
 /// A process-wide ceiling on heap bytes, shared by the endpoints.
