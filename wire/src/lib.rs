@@ -3,7 +3,8 @@
 //! This crate owns the client identity (spec `zper.md` §3), the stored record format that is both
 //! the segment file format and the ZMTP/2.0 frame layout (§6.2), and the reader's commands and
 //! replies (§5), the replication frames between nodes (issue #4), Dolly's key/value messages (issue #5),
-//! the controller's cluster-information and subscription frames (§9, issues #3, #7), and the relay's push-delivery frames (issue #7). It must never do I/O: no files, no sockets, no zmq, no clocks. Every decoder is
+//! the controller's cluster-information and subscription frames (§9, issues #3, #7), and the relay's push-delivery frames (issue #7), and ZMTP itself: greetings, handshakes and frames
+//! for zper's own engine (issue #17). It must never do I/O: no files, no sockets, no zmq, no clocks. Every decoder is
 //! total: any byte string gives a value or a typed error, never a panic.
 
 pub mod controller;
@@ -15,6 +16,7 @@ pub mod record;
 pub mod relay;
 pub mod replication;
 pub mod status;
+pub mod zmtp;
 
 pub use identity::{topic_hash, AckMode, Identity, IdentityError, MAX_TOPIC_LEN};
 
