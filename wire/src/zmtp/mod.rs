@@ -16,6 +16,7 @@ pub mod command;
 pub mod error;
 pub mod frame;
 pub mod handshake;
+pub mod inbound;
 pub mod mechanism;
 pub mod socket_type;
 
@@ -23,5 +24,6 @@ pub use command::{Command, CommandError, Properties};
 pub use error::HandshakeError;
 pub use frame::{FrameError, FrameHeader, FLAG_COMMAND};
 pub use handshake::{Handshake, Peer, Progress, Version};
+pub use inbound::{Dropped, Event, Inbound, InboundError, Limits};
 pub use mechanism::{Mechanism, MechanismStep, Null};
 pub use socket_type::SocketType;
