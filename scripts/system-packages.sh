@@ -21,7 +21,10 @@ set -euo pipefail
 have_libclang() {
   [ -n "${LIBCLANG_PATH:-}" ] && return 0
   ldconfig -p 2>/dev/null | grep -qE 'libclang(-[0-9.]+)?\.so' && return 0
-  compgen -G "${ZPER_SYSROOT:-}/usr/lib/llvm-*/lib/libclang*.so*" >/dev/null 2>&1
+  # libclang.so or libclang-<version>.so, as clang-sys loads; not libclang-cpp.so, which
+  # other LLVM packages bring and which bindgen cannot use.
+  compgen -G "${ZPER_SYSROOT:-}/usr/lib/llvm-*/lib/libclang.so*" >/dev/null 2>&1 \
+    || compgen -G "${ZPER_SYSROOT:-}/usr/lib/llvm-*/lib/libclang-[0-9]*.so*" >/dev/null 2>&1
 }
 
 need=()

@@ -112,6 +112,29 @@ fn as_root_the_run_script_installs_libclang_then_runs_the_node() {
 }
 
 #[test]
+fn libclang_cpp_alone_does_not_count_as_libclang() {
+    // A fresh Debian machine can carry libclang-cpp (from another LLVM package) without
+    // libclang; bindgen cannot load it, so the build failed in clang-sys's build script.
+    let machine = Machine::new(0, false);
+    machine.tool(
+        "ldconfig",
+        "echo '\tlibclang-cpp.so.14 (libc6,x86-64) => /lib/x86_64-linux-gnu/libclang-cpp.so.14'",
+    );
+    let llvm = machine.dir.path().join("usr/lib/llvm-14/lib");
+    std::fs::create_dir_all(&llvm).expect("llvm dir");
+    std::fs::write(llvm.join("libclang-cpp.so.14"), b"").expect("libclang-cpp");
+    let out = machine.run("run", &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        machine
+            .calls()
+            .contains("apt-get install -y -qq libclang-dev"),
+        "{}",
+        machine.calls()
+    );
+}
+
+#[test]
 fn with_libclang_present_the_scripts_go_straight_to_cargo() {
     let machine = Machine::new(1000, true);
     let out = machine.run("test", &[]);
