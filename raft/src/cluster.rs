@@ -452,12 +452,18 @@ impl ClusterNode {
     ) -> Result<CommandResult, ClusterError> {
         let deadline = tokio::time::Instant::now() + FORWARD_TIMEOUT;
         loop {
-            let result = match self.write(command.clone()).await {
-                Err(ClusterError::NotLeader {
-                    endpoints: Some(leader),
-                    ..
-                }) => self.forward(&leader, &command).await,
-                other => other,
+            // A follower that knows its leader forwards at once: asking its own Raft core
+            // first (which answers `ForwardToLeader`) costs a copy of the batch and a trip
+            // through the core per proposal.
+            let result = match self.other_leader() {
+                Some(leader) => self.forward(&leader, &command).await,
+                None => match self.write(command.clone()).await {
+                    Err(ClusterError::NotLeader {
+                        endpoints: Some(leader),
+                        ..
+                    }) => self.forward(&leader, &command).await,
+                    other => other,
+                },
             };
             let retry = matches!(
                 &result,
@@ -501,6 +507,14 @@ impl ClusterNode {
             .await
             .map_err(|e| ClusterError::Write(format!("leader reply: {e}")))?;
         result.map_err(ClusterError::Write)
+    }
+
+    /// The endpoints of the current leader when it is known and is not this node.
+    pub(crate) fn other_leader(&self) -> Option<NodeEndpoints> {
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow();
+        let leader = m.current_leader.filter(|&l| l != self.id)?;
+        m.membership_config.membership().get_node(&leader).cloned()
     }
 
     /// The current leader, if known.

@@ -35,17 +35,10 @@ impl ClusterNode {
         endpoints: NodeEndpoints,
     ) -> Result<(), ClusterError> {
         if self.leader() != Some(self.id) {
-            let leader = self.leader();
-            let endpoints = leader.and_then(|l| {
-                self.raft
-                    .metrics()
-                    .borrow()
-                    .membership_config
-                    .membership()
-                    .get_node(&l)
-                    .cloned()
+            return Err(ClusterError::NotLeader {
+                leader: self.leader(),
+                endpoints: self.other_leader(),
             });
-            return Err(ClusterError::NotLeader { leader, endpoints });
         }
         self.probe(id, &endpoints.http).await?;
         self.raft
