@@ -4,6 +4,9 @@
 # perf tools produce N messages in mode 0, 1 and 2 (REQ_CLIENTS REQ clients) and consume them.
 # Prints every summary line, then per step the median msg/s of each binary and B/A.
 #   bench/compare.sh OLD_BINARY NEW_BINARY
+# CONF_A / CONF_B add config lines to A's / B's node, so one binary can be compared with itself
+# under two settings, e.g. the writer's engines (issue #17):
+#   CONF_A="writer.engine = libzmq" CONF_B="writer.engine = zmtp" bench/compare.sh Z Z
 set -euo pipefail
 A=${1:?usage: bench/compare.sh BINARY_A BINARY_B}
 B=${2:?usage: bench/compare.sh BINARY_A BINARY_B}
@@ -12,8 +15,8 @@ ROUNDS=${ROUNDS:-3}
 REQ_CLIENTS=${REQ_CLIENTS:-64}
 P=${PORT_BASE:-26500}
 out=$(mktemp)
-run() { # label binary
-  local label=$1 z=$2 dir pid
+run() { # label binary extra-config
+  local label=$1 z=$2 extra=$3 dir pid
   dir=$(mktemp -d)
   cat > "$dir/node.properties" <<CONF
 base_dir = $dir/data
@@ -29,6 +32,7 @@ dolly.snapshots.bind = tcp://127.0.0.1:$((P + 65))
 http.bind = 127.0.0.1:$((P + 44))
 flush_messages = 1000
 flush_interval = 1000
+$extra
 CONF
   RUST_LOG=warn "$z" --config "$dir/node.properties" &
   pid=$!
@@ -44,8 +48,8 @@ CONF
   rm -rf "$dir"
 }
 for i in $(seq "$ROUNDS"); do
-  run A "$A"
-  run B "$B"
+  run A "$A" "${CONF_A:-}"
+  run B "$B" "${CONF_B:-}"
 done
 median() { sort -n | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 pick() { # label tool n-th-of-round field

@@ -17,6 +17,14 @@ pub enum NodeError {
         /// The zmq error.
         source: zmq::Error,
     },
+    /// A TCP endpoint of zper's own ZMTP engine could not be bound (issue #17).
+    #[error("cannot bind {endpoint}: {source}")]
+    Listen {
+        /// The endpoint.
+        endpoint: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
     /// Any other zmq failure while setting up.
     #[error("zmq: {0}")]
     Zmq(#[from] zmq::Error),

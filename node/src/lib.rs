@@ -21,6 +21,7 @@ pub mod produce;
 pub(crate) mod relay;
 pub mod replication;
 mod sockets;
+pub(crate) mod zmtp;
 
 pub use config::{ConfigError, NodeConfig};
 pub use node::{Endpoints, Node, NodeError};

@@ -54,6 +54,11 @@ pub struct Counters {
     pub not_enough_replicas: AtomicU64,
     /// Writer messages forwarded to the topic's leader on another node.
     pub forwarded: AtomicU64,
+    /// Writer connections closed for a protocol error (a malformed handshake or frame, a
+    /// refused socket type or mechanism, a handshake past its timeout; issue #17).
+    pub zmtp_protocol_errors: AtomicU64,
+    /// Writer connections closed at once because the writer held its most connections.
+    pub zmtp_refused_connections: AtomicU64,
     /// Acks that could not be delivered (peer gone or its queue full); never stops the writer.
     pub acks_dropped: AtomicU64,
     /// Acks sent.
@@ -165,6 +170,8 @@ impl Default for Counters {
             not_leader: AtomicU64::new(0),
             not_enough_replicas: AtomicU64::new(0),
             forwarded: AtomicU64::new(0),
+            zmtp_protocol_errors: AtomicU64::new(0),
+            zmtp_refused_connections: AtomicU64::new(0),
             acks_dropped: AtomicU64::new(0),
             acks_sent: AtomicU64::new(0),
             bad_requests: AtomicU64::new(0),
@@ -519,6 +526,8 @@ impl Collector for CountersCollector {
             ("not_enough_replicas", &k.not_enough_replicas),
             ("bad_request", &k.bad_requests),
             ("overloaded", &k.overloaded),
+            ("protocol_error", &k.zmtp_protocol_errors),
+            ("connection_refused", &k.zmtp_refused_connections),
         ] {
             catch_up(
                 &self.rejected.with_label_values(&[reason]),

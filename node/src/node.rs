@@ -36,7 +36,7 @@ pub struct Node {
 
 /// The sockets every endpoint bound, before anything runs.
 struct Bound {
-    writer: zmq::Socket,
+    writer: produce::WriterSocket,
     reader: zmq::Socket,
     ack: zmq::Socket,
     controller: zmq::Socket,
@@ -73,7 +73,7 @@ impl Bound {
             )?,
         };
         let endpoints = Endpoints {
-            writer: bound_address(&bound.writer)?,
+            writer: bound.writer.address()?,
             reader: bound_address(&bound.reader)?,
             ack: bound_address(&bound.ack)?,
             controller: bound_address(&bound.controller)?,
@@ -130,9 +130,20 @@ impl Node {
                     source,
                 })?];
         // Sockets in crate::metrics::ENDPOINTS order.
-        for (index, socket) in [&bound.writer, &bound.reader, &bound.ack, &bound.controller]
-            .into_iter()
-            .enumerate()
+        // zper's own writer engine counts its connections itself.
+        let writer_router = match &bound.writer {
+            produce::WriterSocket::Router(router) => Some(router),
+            produce::WriterSocket::Engine(..) => None,
+        };
+        for (index, socket) in [
+            writer_router,
+            Some(&bound.reader),
+            Some(&bound.ack),
+            Some(&bound.controller),
+        ]
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, s)| Some((i, s?)))
         {
             match control::monitor::watch(&zmq, socket, index, counters.clone(), nc.stop()) {
                 Ok(t) => threads.push(t),

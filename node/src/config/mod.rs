@@ -124,6 +124,16 @@ pub enum ConfigError {
     },
 }
 
+/// What speaks ZMTP on the writer endpoint (`writer.engine`; issue #17).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriterEngine {
+    /// zper's own engine (default): ZMTP/2.0 and 3.x, DEALER, REQ and PUSH producers, frames
+    /// stored as received.
+    Zmtp,
+    /// A libzmq ROUTER (ZMTP/3 handshake: libzmq 4 PUSH producers are refused).
+    Libzmq,
+}
+
 /// Everything a node needs to start (single-node broker, issue #2).
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
@@ -136,6 +146,8 @@ pub struct NodeConfig {
     pub writer_bind: String,
     /// Writer worker threads; topic hash modulo this picks one (`writer.workers`).
     pub writer_workers: usize,
+    /// What speaks ZMTP on the writer endpoint (`writer.engine`, issue #17).
+    pub writer_engine: WriterEngine,
     /// Reader ROUTER endpoint (`reader.bind`).
     pub reader_bind: String,
     /// Reader worker threads (`reader.workers`).
@@ -265,6 +277,7 @@ impl Default for NodeConfig {
             io_threads: 1,
             writer_bind: endpoint::WRITER.default_bind(),
             writer_workers: 5,
+            writer_engine: WriterEngine::Zmtp,
             reader_bind: endpoint::READER.default_bind(),
             reader_workers: 5,
             ack_bind: endpoint::ACK.default_bind(),
@@ -361,6 +374,11 @@ impl NodeConfig {
         c.send_buffer = num(map, "send_buffer", c.send_buffer as u64, 0)? as i32;
         c.io_threads = capped(map, "io_threads", 1, MAX_IO_THREADS)? as i32;
         c.writer_workers = capped(map, "writer.workers", 5, MAX_WORKERS)? as usize;
+        c.writer_engine = match get("writer.engine").as_deref().map(str::trim) {
+            None | Some("zmtp") => WriterEngine::Zmtp,
+            Some("libzmq") => WriterEngine::Libzmq,
+            Some(other) => return Err(bad("writer.engine", other, "zmtp or libzmq")),
+        };
         c.reader_workers = capped(map, "reader.workers", 5, MAX_WORKERS)? as usize;
         c.cluster = cluster_settings(map)?;
         // peers.json (Dolly's own config, `dolly.md` §2) gives this node's Dolly ports; the

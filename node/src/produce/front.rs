@@ -2,16 +2,15 @@
 //! §3), routes each message to its topic's worker and encodes its frames into stored records
 //! (§6.2), and passes the workers' acks back to the producers.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crossbeam_channel::Sender;
 use tracing::{debug, error, warn};
-use zper_wire::{encode_record, topic_hash, AckMode, Identity};
+use zper_wire::encode_record;
 
-use super::{Append, Producer, WriteBatch, BATCH_BYTES, DRAIN_MESSAGES, MAX_PRODUCERS};
+use super::{Producers, WriteBatch, BATCH_BYTES, DRAIN_MESSAGES};
 use crate::endpoint::{try_send, POLL_MS};
 use crate::metrics::Counters;
 
@@ -19,7 +18,7 @@ pub(crate) struct Front {
     pub(crate) router: zmq::Socket,
     pub(crate) acks: zmq::Socket,
     pub(crate) senders: Vec<Sender<WriteBatch>>,
-    pub(crate) producers: HashMap<Vec<u8>, Option<Arc<Producer>>>,
+    pub(crate) producers: Producers,
     pub(crate) max_message: usize,
     pub(crate) allow_empty_message: bool,
     pub(crate) counters: Arc<Counters>,
@@ -88,25 +87,6 @@ impl Front {
         }
     }
 
-    fn producer(&mut self, routing_id: &[u8]) -> Option<Arc<Producer>> {
-        if let Some(p) = self.producers.get(routing_id) {
-            return p.clone();
-        }
-        if self.producers.len() >= MAX_PRODUCERS {
-            self.producers.clear();
-        }
-        let parsed = Identity::parse(routing_id).ok().map(|id| {
-            Arc::new(Producer {
-                routing_id: routing_id.to_vec(),
-                worker: usize::from(topic_hash(&id.topic)) % self.senders.len(),
-                mode: id.ack_mode(),
-                topic: Arc::from(id.topic.as_str()),
-            })
-        });
-        self.producers.insert(routing_id.to_vec(), parsed.clone());
-        parsed
-    }
-
     /// Reads one whole message from the ROUTER into its worker's batch. Returns the worker, or
     /// None when the message was dropped (invalid identity, oversized frame).
     fn read_message(
@@ -115,7 +95,7 @@ impl Front {
         batches: &mut [WriteBatch],
     ) -> Result<Option<usize>, zmq::Error> {
         self.router.recv(frame, zmq::DONTWAIT)?;
-        let producer = self.producer(frame);
+        let producer = self.producers.get(frame, self.senders.len());
         let Some(producer) = producer else {
             dropped(
                 &self.counters.invalid_identity,
@@ -170,23 +150,7 @@ impl Front {
         if batch.bytes.len() == mark {
             return Ok(None); // a routing id with no data frames: nothing to store
         }
-        let end = batch.bytes.len();
-        match batch.appends.last_mut() {
-            Some(last)
-                if Arc::ptr_eq(&last.producer, &producer)
-                    && producer.mode != AckMode::PerMessage =>
-            {
-                last.bytes_end = end;
-                last.messages += 1;
-                last.last_id = id;
-            }
-            _ => batch.appends.push(Append {
-                producer: producer.clone(),
-                bytes_end: end,
-                messages: 1,
-                last_id: id,
-            }),
-        }
+        batch.record(&producer, &id);
         Ok(Some(producer.worker))
     }
 
@@ -200,7 +164,7 @@ impl Front {
 
 /// Counts a dropped message and logs it, sampled (the 1st, 2nd, 4th, 8th, ... of each kind) so a
 /// flood of bad input cannot flood the log.
-fn dropped(counter: &std::sync::atomic::AtomicU64, why: &'static str, identity: &[u8]) {
+pub(super) fn dropped(counter: &std::sync::atomic::AtomicU64, why: &'static str, identity: &[u8]) {
     let n = counter.fetch_add(1, Ordering::Relaxed) + 1;
     if n.is_power_of_two() {
         warn!(reason = why, identity = ?identity, dropped_so_far = n, "writer dropped a message");

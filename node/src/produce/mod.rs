@@ -19,6 +19,7 @@
 
 mod acks;
 pub mod create;
+mod engine;
 pub mod forward;
 mod front;
 mod worker;
@@ -30,7 +31,7 @@ use std::thread::JoinHandle;
 use crossbeam_channel::Sender;
 use zper_wire::AckMode;
 
-use crate::config::NodeConfig;
+use crate::config::{NodeConfig, WriterEngine};
 use crate::context::{spawn as spawn_thread, NodeContext};
 use crate::control::ack::FlushNotice;
 use crate::error::NodeError;
@@ -66,6 +67,69 @@ pub(crate) struct WriteBatch {
     pub(crate) appends: Vec<Append>,
 }
 
+impl WriteBatch {
+    /// Counts the message just appended (its records end at `bytes.len()`, `id` is its first
+    /// frame): it joins the producer's run at the end of the batch unless the producer wants
+    /// an ack per message.
+    pub(crate) fn record(&mut self, producer: &Arc<Producer>, id: &[u8]) {
+        let end = self.bytes.len();
+        note(&mut self.appends, end, producer, id);
+    }
+
+    /// As [`WriteBatch::record`], the message id being `bytes[id]` (no copy of it made unless
+    /// a new run starts).
+    pub(crate) fn record_at(&mut self, producer: &Arc<Producer>, id: std::ops::Range<usize>) {
+        let end = self.bytes.len();
+        note(&mut self.appends, end, producer, &self.bytes[id]);
+    }
+}
+
+fn note(appends: &mut Vec<Append>, end: usize, producer: &Arc<Producer>, id: &[u8]) {
+    match appends.last_mut() {
+        Some(last)
+            if Arc::ptr_eq(&last.producer, producer) && producer.mode != AckMode::PerMessage =>
+        {
+            last.bytes_end = end;
+            last.messages += 1;
+            last.last_id.clear();
+            last.last_id.extend_from_slice(id);
+        }
+        _ => appends.push(Append {
+            producer: producer.clone(),
+            bytes_end: end,
+            messages: 1,
+            last_id: id.to_vec(),
+        }),
+    }
+}
+
+/// Producer identities (§3) parsed once, as the front threads meet them.
+#[derive(Debug, Default)]
+pub(crate) struct Producers(HashMap<Vec<u8>, Option<Arc<Producer>>>);
+
+impl Producers {
+    /// The producer presenting `routing_id`, routed to one of `workers`; None for an identity
+    /// that is not a valid topic identity. At most [`MAX_PRODUCERS`] are cached.
+    pub(crate) fn get(&mut self, routing_id: &[u8], workers: usize) -> Option<Arc<Producer>> {
+        if let Some(p) = self.0.get(routing_id) {
+            return p.clone();
+        }
+        if self.0.len() >= MAX_PRODUCERS {
+            self.0.clear();
+        }
+        let parsed = zper_wire::Identity::parse(routing_id).ok().map(|id| {
+            Arc::new(Producer {
+                routing_id: routing_id.to_vec(),
+                worker: usize::from(zper_wire::topic_hash(&id.topic)) % workers.max(1),
+                mode: id.ack_mode(),
+                topic: Arc::from(id.topic.as_str()),
+            })
+        });
+        self.0.insert(routing_id.to_vec(), parsed.clone());
+        parsed
+    }
+}
+
 /// Batches are handed to a worker once they reach this size, bytes.
 pub(crate) const BATCH_BYTES: usize = 256 * 1024;
 /// Messages read from the ROUTER per wake before batches are handed over.
@@ -83,11 +147,45 @@ pub(crate) struct Writer {
 /// Unread acks queued per producer connection before further acks to it are dropped.
 pub const WRITER_ACK_HWM: i32 = 100_000;
 
+/// The bound writer endpoint: a libzmq ROUTER or zper's own engine's listener (issue #17).
+pub(crate) enum WriterSocket {
+    /// `writer.engine = libzmq`.
+    Router(zmq::Socket),
+    /// `writer.engine = zmtp`: the listener and its bound endpoint (`tcp://IP:PORT`).
+    Engine(mio::net::TcpListener, String),
+}
+
+impl WriterSocket {
+    /// The bound endpoint (`*` and port 0 resolved).
+    ///
+    /// Errors: zmq cannot tell (the socket is closed).
+    pub(crate) fn address(&self) -> Result<String, NodeError> {
+        match self {
+            WriterSocket::Router(s) => crate::context::bound_address(s),
+            WriterSocket::Engine(_, bound) => Ok(bound.clone()),
+        }
+    }
+}
+
+/// Binds the writer endpoint (`writer.bind`) with the engine `writer.engine` names.
+///
+/// Errors: [`NodeError::Bind`] / [`NodeError::Listen`] (address in use, bad endpoint), or a
+/// zmq option refused.
+pub(crate) fn bind(zmq: &zmq::Context, config: &NodeConfig) -> Result<WriterSocket, NodeError> {
+    match config.writer_engine {
+        WriterEngine::Zmtp => {
+            let (listener, bound) = crate::zmtp::listener::bind(&config.writer_bind)?;
+            Ok(WriterSocket::Engine(listener, bound))
+        }
+        WriterEngine::Libzmq => bind_router(zmq, config).map(WriterSocket::Router),
+    }
+}
+
 /// Creates and binds the writer ROUTER (`writer.bind`) with the options the produce path
 /// relies on.
 ///
 /// Errors: [`NodeError::Bind`] (address in use, bad endpoint), or a zmq option refused.
-pub(crate) fn bind(zmq: &zmq::Context, config: &NodeConfig) -> Result<zmq::Socket, NodeError> {
+fn bind_router(zmq: &zmq::Context, config: &NodeConfig) -> Result<zmq::Socket, NodeError> {
     crate::context::bind(zmq, zmq::ROUTER, &config.writer_bind, |w| {
         w.set_router_handover(true)?; // §2: a new connection takes an identity over
         w.set_router_mandatory(true)?; // undeliverable acks fail and are counted
@@ -107,7 +205,7 @@ pub(crate) fn bind(zmq: &zmq::Context, config: &NodeConfig) -> Result<zmq::Socke
 ///
 /// Errors: an inproc socket or a thread could not be created.
 pub(crate) fn spawn(
-    router: zmq::Socket,
+    socket: WriterSocket,
     nc: &NodeContext,
     notices: Sender<FlushNotice>,
 ) -> Result<Writer, NodeError> {
@@ -174,17 +272,38 @@ pub(crate) fn spawn(
         })?);
         senders.push(tx);
     }
-    let front = Front {
-        router,
-        acks,
-        senders,
-        producers: HashMap::new(),
-        max_message: config.max_message,
-        allow_empty_message: config.store.allow_empty_message,
-        counters: nc.counters.clone(),
-        stop: nc.stop(),
+    let front = match socket {
+        WriterSocket::Router(router) => {
+            let front = Front {
+                router,
+                acks,
+                senders,
+                producers: Producers::default(),
+                max_message: config.max_message,
+                allow_empty_message: config.store.allow_empty_message,
+                counters: nc.counters.clone(),
+                stop: nc.stop(),
+            };
+            spawn_thread("zper-writer", move || front.run(threads))?
+        }
+        WriterSocket::Engine(listener, _) => {
+            let max_message = config.max_message as u64;
+            let front = engine::EngineFront {
+                listener,
+                acks,
+                senders,
+                producers: Producers::default(),
+                limits: zper_wire::zmtp::Limits {
+                    max_message,
+                    max_buffered: max_message.saturating_mul(2).max(max_message + 9),
+                    allow_empty_message: config.store.allow_empty_message,
+                },
+                counters: nc.counters.clone(),
+                stop: nc.stop(),
+            };
+            spawn_thread("zper-writer", move || front.run(threads))?
+        }
     };
-    let front = spawn_thread("zper-writer", move || front.run(threads))?;
     Ok(Writer {
         front,
         waker: Waker::new(wakers),

@@ -7,10 +7,14 @@
 //!    the 8 bytes are "identity length + 1" for ZMTP/1.0 peers, so an empty identity).
 //!    A first byte other than `ff`, or a tenth byte with bit 0 clear, is a ZMTP/1.0 peer,
 //!    which ZPER never supported (§2): refused.
-//! 2. On the peer's signature the server sends its major version, 3, and reads the peer's.
-//! 3. Revision 1 is ZMTP/2.0 (RFC 15): the server sends its socket type byte and an empty
-//!    identity frame (`06 00 00`, the bytes the original sends, §2), then reads the peer's
-//!    socket type byte and identity frame.
+//! 2. On the peer's signature the server sends its version: 1 (ZMTP/2.0, what the original
+//!    sends, §2) when the signature's padding says the peer has an identity (libzmq and JeroMQ
+//!    send "identity length + 1" there), else 3; then it reads the peer's version. A libzmq 4
+//!    peer answered with 1 falls back to ZMTP/2.0 (as it does with the original): that is how
+//!    a libzmq 4 PUSH producer presents its identity, which its ZMTP/3 READY never carries.
+//! 3. ZMTP/2.0 (RFC 15): the server sends its socket type byte and an empty identity frame
+//!    (`06 00 00`, the bytes the original sends, §2), then reads the peer's socket type byte
+//!    and identity frame.
 //! 4. Version 3 is ZMTP/3.x (RFC 23, RFC 37): the rest of the 64-byte greeting goes each way
 //!    (minor version, mechanism name padded to 20 bytes, as-server, 31 bytes of filler), then
 //!    the mechanism's commands; for NULL, one READY each way carrying `Socket-Type` and, from
@@ -81,11 +85,16 @@ pub enum Progress {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     Signature,
-    Version,
+    /// Waiting for the peer's version byte; `zmtp2` when this side announced revision 1.
+    Version {
+        zmtp2: bool,
+    },
     V2SocketType,
     V2Identity(SocketType),
     V3Greeting,
-    V3Commands { minor: u8 },
+    V3Commands {
+        minor: u8,
+    },
     Done,
 }
 
@@ -167,16 +176,23 @@ impl<M: Mechanism> Handshake<M> {
                 if signature[9] & 0x01 == 0 {
                     return Err(HandshakeError::Zmtp1);
                 }
-                out.push(3);
-                self.state = State::Version;
+                // libzmq and JeroMQ put "identity length + 1" in the padding. A peer with an
+                // identity is answered as the original answers (revision 1): a libzmq 4 peer
+                // then falls back to ZMTP/2.0 and sends its identity as a frame, which a
+                // libzmq 4 PUSH never sends over ZMTP/3 (its READY has no Identity).
+                let mut padding = [0u8; 8];
+                padding.copy_from_slice(&signature[1..9]);
+                let zmtp2 = u64::from_be_bytes(padding) > 1;
+                out.push(if zmtp2 { 1 } else { 3 });
+                self.state = State::Version { zmtp2 };
                 Ok(Some((SIGNATURE.len(), None)))
             }
-            State::Version => {
+            State::Version { zmtp2 } => {
                 let Some(&version) = rest.first() else {
                     return Ok(None);
                 };
                 match version {
-                    1 => {
+                    v if v == 1 || (zmtp2 && v >= 3) => {
                         out.extend_from_slice(&[self.ours.code(), 0x00, 0x00]);
                         self.state = State::V2SocketType;
                     }

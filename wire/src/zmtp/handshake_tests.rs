@@ -81,11 +81,11 @@ fn a_jeromq_dealer_gets_the_originals_greeting_and_its_identity_is_taken_spec_2(
         consumed, handshake_len,
         "the data frame stays for the decoder"
     );
-    // Spec §2: `ff 00 00 00 00 00 00 00 01 7f`, then (as libzmq 4) the major version 3; a
-    // ZMTP/2.0 peer reads it as a revision and goes on with `06` and the empty identity frame.
+    // Spec §2, byte for byte what the original sends: `ff 00 00 00 00 00 00 00 01 7f 01 06`
+    // and the empty identity frame.
     assert_eq!(
         out,
-        b"\xff\x00\x00\x00\x00\x00\x00\x00\x01\x7f\x03\x06\x00\x00"
+        b"\xff\x00\x00\x00\x00\x00\x00\x00\x01\x7f\x01\x06\x00\x00"
     );
 }
 
@@ -116,6 +116,28 @@ fn a_libzmq4_push_socket_is_accepted_over_zmtp3() {
         panic!("not a READY: {body:?}");
     };
     assert_eq!(properties.get("Socket-Type"), Some(&b"ROUTER"[..]));
+}
+
+#[test]
+fn a_libzmq4_push_with_an_identity_is_answered_as_zmtp2_and_sends_its_identity_frame() {
+    // libzmq 4: signature with identity length + 1, then its major version 3 at once; on our
+    // revision 1 it falls back to ZMTP/2.0: socket type (PUSH, 8) and the identity frame.
+    let identity = b"\x00\x04test";
+    let mut input = vec![0xff];
+    input.extend_from_slice(&(identity.len() as u64 + 1).to_be_bytes());
+    input.extend_from_slice(&[0x7f, 0x03, 0x08, 0x00, identity.len() as u8]);
+    input.extend_from_slice(identity);
+    let (outcome, consumed, out) = run(&input, &[]);
+    assert_eq!(
+        outcome,
+        Ok(Progress::Done(Peer {
+            version: Version::V2,
+            socket_type: SocketType::Push,
+            identity: identity.to_vec(),
+        }))
+    );
+    assert_eq!(consumed, input.len());
+    assert_eq!(&out[10..], b"\x01\x06\x00\x00");
 }
 
 #[test]

@@ -1,0 +1,401 @@
+//! The writer endpoint on zper's own ZMTP engine (issue #17): the front thread owns a TCP
+//! listener instead of a libzmq ROUTER, runs each producer's handshake (ZMTP/2.0 for JeroMQ 0.3
+//! and libzmq 3.2 clients, ZMTP/3.x with NULL for libzmq 4, DEALER, REQ and PUSH peers alike,
+//! spec `zper.md` §2, §4.1), and copies each whole message's frames into its worker's batch as
+//! received: they already have the stored record layout (§6.2).
+//!
+//! Same routing, rules and acks as the libzmq front ([`super::front`]): one worker per topic,
+//! REQ envelopes left out, frames over `max_message` and (optionally) empty messages dropped
+//! and counted; acks from the workers go back on the producer's own connection. What is new:
+//! a malformed stream closes that connection only and is counted (`zmtp_protocol_errors`);
+//! TCP backpressure, not drops, holds back a producer while its worker is 16 batches behind.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+use mio::net::TcpListener;
+use mio::{Events, Interest, Poll, Token};
+use tracing::{debug, error, warn};
+use zper_wire::zmtp::command::encode_pong;
+use zper_wire::zmtp::{Command, Dropped, Event, Handshake, Limits, Null, SocketType};
+
+use super::front::dropped;
+use super::{Producer, Producers, WriteBatch, BATCH_BYTES};
+use crate::endpoint::POLL_MS;
+use crate::metrics::Counters;
+use crate::zmtp::connection::{Connection, READ_CHUNK};
+
+/// Peers the writer accepts (spec §4.1: DEALER, REQ and PUSH).
+pub(crate) const WRITER_PEERS: [SocketType; 3] =
+    [SocketType::Dealer, SocketType::Req, SocketType::Push];
+/// A connection must finish its handshake within this time, or it is closed (libzmq's
+/// `ZMQ_HANDSHAKE_IVL` default is 30 s).
+pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most connections the writer holds at once; more are accepted and closed at once, counted.
+pub(crate) const MAX_CONNECTIONS: usize = 4096;
+/// Bytes read from one connection per wake before the others get their turn.
+const READ_BUDGET: usize = 16 * READ_CHUNK;
+
+const LISTENER: Token = Token(0);
+const ACKS: Token = Token(1);
+
+/// An open connection and the producer its identity names (None: not a topic identity).
+struct Client {
+    conn: Connection,
+    routing_id: Vec<u8>,
+    producer: Option<Arc<Producer>>,
+}
+
+pub(crate) struct EngineFront {
+    pub(crate) listener: TcpListener,
+    pub(crate) acks: zmq::Socket,
+    pub(crate) senders: Vec<Sender<WriteBatch>>,
+    pub(crate) producers: Producers,
+    pub(crate) limits: Limits,
+    pub(crate) counters: Arc<Counters>,
+    pub(crate) stop: Arc<AtomicBool>,
+}
+
+/// The engine loop's connections: by token, and by routing id for acks.
+#[derive(Default)]
+struct Clients {
+    by_token: HashMap<Token, Client>,
+    by_id: HashMap<Vec<u8>, Token>,
+    next: usize,
+    anonymous: u32,
+}
+
+impl EngineFront {
+    pub(crate) fn run(mut self, workers: Vec<JoinHandle<()>>) {
+        let mut workers = Some(workers);
+        if let Err(e) = self.serve(&mut workers) {
+            error!(error = %e, "writer engine failed");
+        }
+        // Shutdown (or a failed poll): workers flush what they hold and exit once their
+        // channel closes.
+        self.senders.clear();
+        for w in workers.into_iter().flatten() {
+            let _ = w.join();
+        }
+        debug!("writer stopped");
+    }
+
+    fn serve(&mut self, workers: &mut Option<Vec<JoinHandle<()>>>) -> std::io::Result<()> {
+        let mut poll = Poll::new()?;
+        poll.registry()
+            .register(&mut self.listener, LISTENER, Interest::READABLE)?;
+        let acks_fd = self.acks.get_fd().map_err(std::io::Error::other)?;
+        poll.registry()
+            .register(&mut mio::unix::SourceFd(&acks_fd), ACKS, Interest::READABLE)?;
+        let mut clients = Clients {
+            next: 2,
+            ..Clients::default()
+        };
+        let mut batches: Vec<WriteBatch> =
+            self.senders.iter().map(|_| WriteBatch::default()).collect();
+        let mut events = Events::with_capacity(1024);
+        let mut again: Vec<Token> = Vec::new();
+        let mut swept = Instant::now();
+        while !self.stop.load(Ordering::Relaxed) {
+            let timeout = if again.is_empty() {
+                Duration::from_millis(POLL_MS as u64)
+            } else {
+                Duration::ZERO
+            };
+            if let Err(e) = poll.poll(&mut events, Some(timeout)) {
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            let mut ready: Vec<Token> = std::mem::take(&mut again);
+            for event in events.iter() {
+                match event.token() {
+                    LISTENER => self.accept(&poll, &mut clients),
+                    ACKS => {}
+                    token => {
+                        if event.is_writable() {
+                            self.flush(&poll, &mut clients, token);
+                        }
+                        if event.is_readable() || event.is_read_closed() || event.is_error() {
+                            ready.push(token);
+                        }
+                    }
+                }
+            }
+            ready.sort_unstable();
+            ready.dedup();
+            for token in ready {
+                if self.read(&poll, &mut clients, token, &mut batches) {
+                    again.push(token);
+                }
+            }
+            self.forward_acks(&poll, &mut clients);
+            for worker in 0..batches.len() {
+                self.dispatch(worker, &mut batches);
+            }
+            if swept.elapsed() >= Duration::from_secs(1) {
+                swept = Instant::now();
+                let late: Vec<Token> = clients
+                    .by_token
+                    .iter()
+                    .filter(|(_, c)| {
+                        c.conn.in_handshake() && c.conn.accepted.elapsed() > HANDSHAKE_TIMEOUT
+                    })
+                    .map(|(t, _)| *t)
+                    .collect();
+                for token in late {
+                    self.protocol_error(&poll, &mut clients, token, "handshake timed out");
+                }
+            }
+        }
+        // Shutdown: the workers append and flush what they hold, then their last acks go out.
+        self.senders.clear();
+        for w in workers.take().into_iter().flatten() {
+            let _ = w.join();
+        }
+        self.forward_acks(&poll, &mut clients);
+        Ok(())
+    }
+
+    fn accept(&mut self, poll: &Poll, clients: &mut Clients) {
+        loop {
+            let (mut stream, _) = match self.listener.accept() {
+                Ok(s) => s,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    warn!(error = %e, "writer accept failed");
+                    return;
+                }
+            };
+            if clients.by_token.len() >= MAX_CONNECTIONS {
+                Counters::add(&self.counters.zmtp_refused_connections, 1);
+                continue; // dropped: closed
+            }
+            let _ = stream.set_nodelay(true);
+            let token = Token(clients.next);
+            clients.next += 1;
+            if let Err(e) = poll.registry().register(
+                &mut stream,
+                token,
+                Interest::READABLE | Interest::WRITABLE,
+            ) {
+                warn!(error = %e, "writer could not watch a connection");
+                continue;
+            }
+            let handshake = Handshake::new(SocketType::Router, &WRITER_PEERS, Null);
+            let conn = Connection::accept(stream, handshake, self.limits);
+            clients.by_token.insert(
+                token,
+                Client {
+                    conn,
+                    routing_id: Vec::new(),
+                    producer: None,
+                },
+            );
+            self.counters.connections[0].fetch_add(1, Ordering::Relaxed);
+            self.flush(poll, clients, token);
+        }
+    }
+
+    /// Reads and handles what `token`'s connection has; true when it should be read again
+    /// without waiting for the poll.
+    fn read(
+        &mut self,
+        poll: &Poll,
+        clients: &mut Clients,
+        token: Token,
+        batches: &mut [WriteBatch],
+    ) -> bool {
+        let Some(client) = clients.by_token.get_mut(&token) else {
+            return false;
+        };
+        let fill = match client.conn.fill(READ_BUDGET) {
+            Ok(fill) => fill,
+            Err(_) => {
+                self.close(poll, clients, token);
+                return false;
+            }
+        };
+        if client.conn.in_handshake() {
+            match client.conn.handshake() {
+                Ok(Some(peer)) => {
+                    let mut id = peer.identity.clone();
+                    if id.is_empty() {
+                        // As libzmq's ROUTER: a made-up 5-byte id starting with 0 (§2).
+                        clients.anonymous = clients.anonymous.wrapping_add(1);
+                        id = [&[0u8][..], &clients.anonymous.to_be_bytes()].concat();
+                    }
+                    let producer = self.producers.get(&id, self.senders.len());
+                    if let Some(client) = clients.by_token.get_mut(&token) {
+                        client.conn.peer = Some(peer);
+                        client.routing_id = id.clone();
+                        client.producer = producer;
+                    }
+                    // Handover (§2): a new connection takes the identity over.
+                    if let Some(old) = clients.by_id.insert(id, token) {
+                        if old != token {
+                            self.close(poll, clients, old);
+                        }
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    self.flush(poll, clients, token);
+                    self.protocol_error(poll, clients, token, &e.to_string());
+                    return false;
+                }
+            }
+        }
+        if let Err(e) = self.messages(clients, token, batches) {
+            self.flush(poll, clients, token);
+            self.protocol_error(poll, clients, token, &e);
+            return false;
+        }
+        self.flush(poll, clients, token);
+        if fill.eof {
+            self.close(poll, clients, token);
+            return false;
+        }
+        fill.more
+    }
+
+    /// Moves every whole message of `token`'s unread bytes into its worker's batch.
+    fn messages(
+        &mut self,
+        clients: &mut Clients,
+        token: Token,
+        batches: &mut [WriteBatch],
+    ) -> Result<(), String> {
+        let Some(client) = clients.by_token.get_mut(&token) else {
+            return Ok(());
+        };
+        let mut scratch = Vec::new();
+        loop {
+            let producer = client.producer.clone();
+            let out = match &producer {
+                Some(p) => &mut batches[p.worker].bytes,
+                None => &mut scratch,
+            };
+            let mark = out.len();
+            let event = client.conn.next_event(out).map_err(|e| e.to_string())?;
+            let mut pong = None;
+            match event {
+                None => return Ok(()),
+                Some(Event::Message { first_frame, .. }) => match &producer {
+                    Some(p) => {
+                        let batch = &mut batches[p.worker];
+                        batch.record_at(p, first_frame);
+                        if batch.bytes.len() >= BATCH_BYTES {
+                            self.dispatch(p.worker, batches);
+                        }
+                    }
+                    None => {
+                        scratch.truncate(mark);
+                        dropped(
+                            &self.counters.invalid_identity,
+                            "invalid producer identity",
+                            &client.routing_id,
+                        );
+                    }
+                },
+                Some(Event::Dropped(why)) => {
+                    let (counter, text): (&AtomicU64, _) = match why {
+                        Dropped::OversizedFrame | Dropped::OversizedMessage => {
+                            (&self.counters.oversized_frames, "frame over max_message")
+                        }
+                        Dropped::EmptyMessage => (
+                            &self.counters.empty_messages,
+                            "empty message while allow_empty_message = false",
+                        ),
+                    };
+                    dropped(counter, text, &client.routing_id);
+                }
+                Some(Event::Command(Command::Ping { context, .. })) => {
+                    pong = Some(context.to_vec());
+                }
+                Some(Event::Command(Command::Error(reason))) => {
+                    return Err(format!(
+                        "the peer sent ERROR: {}",
+                        String::from_utf8_lossy(reason)
+                    ));
+                }
+                Some(Event::Command(_)) => {}
+            }
+            if let Some(context) = pong {
+                encode_pong(&context, client.conn.send_raw());
+            }
+        }
+    }
+
+    fn protocol_error(&mut self, poll: &Poll, clients: &mut Clients, token: Token, why: &str) {
+        let n = self
+            .counters
+            .zmtp_protocol_errors
+            .fetch_add(1, Ordering::Relaxed)
+            + 1;
+        if n.is_power_of_two() {
+            warn!(
+                reason = why,
+                errors_so_far = n,
+                "writer closed a connection"
+            );
+        }
+        self.close(poll, clients, token);
+    }
+
+    fn close(&mut self, poll: &Poll, clients: &mut Clients, token: Token) {
+        let Some(mut client) = clients.by_token.remove(&token) else {
+            return;
+        };
+        let _ = poll.registry().deregister(&mut client.conn.stream);
+        if clients.by_id.get(&client.routing_id) == Some(&token) {
+            clients.by_id.remove(&client.routing_id);
+        }
+        self.counters.connections[0].fetch_sub(1, Ordering::Relaxed);
+    }
+
+    fn flush(&mut self, poll: &Poll, clients: &mut Clients, token: Token) {
+        let failed = match clients.by_token.get_mut(&token) {
+            Some(client) => client.conn.flush().is_err(),
+            None => false,
+        };
+        if failed {
+            self.close(poll, clients, token);
+        }
+    }
+
+    /// Sends the workers' acks (`[routing id][frames...]`) on their producers' connections.
+    fn forward_acks(&mut self, poll: &Poll, clients: &mut Clients) {
+        while let Ok(frames) = self.acks.recv_multipart(zmq::DONTWAIT) {
+            let token = frames.first().and_then(|id| clients.by_id.get(id)).copied();
+            let sent = token
+                .and_then(|t| clients.by_token.get_mut(&t))
+                .is_some_and(|c| c.conn.send(&frames[1..]));
+            if sent {
+                Counters::add(&self.counters.acks_sent, 1);
+                if let Some(t) = token {
+                    self.flush(poll, clients, t);
+                }
+            } else {
+                Counters::add(&self.counters.acks_dropped, 1);
+            }
+        }
+    }
+
+    fn dispatch(&self, worker: usize, batches: &mut [WriteBatch]) {
+        if batches[worker].appends.is_empty() {
+            batches[worker].bytes.clear();
+            return;
+        }
+        let batch = std::mem::take(&mut batches[worker]);
+        // Blocks when the worker is 16 batches behind: backpressure reaches the producers' TCP.
+        if self.senders[worker].send(batch).is_err() {
+            error!(worker, "writer worker is gone");
+        }
+    }
+}
