@@ -44,13 +44,8 @@ fn run(input: &[u8], cuts: &[usize]) -> (Result<Progress, HandshakeError>, usize
     hs.open(&mut out);
     let mut buffer = Vec::new();
     let mut consumed = 0;
-    let mut bounds: Vec<usize> = cuts.iter().map(|&c| c.min(input.len())).collect();
-    bounds.sort_unstable();
-    bounds.push(input.len());
-    let mut from = 0;
-    for to in bounds {
-        buffer.extend_from_slice(&input[from..to]);
-        from = to;
+    for piece in crate::zmtp::pieces(input, cuts) {
+        buffer.extend_from_slice(piece);
         match hs.advance(&buffer, &mut out) {
             Ok((used, Progress::NeedMore)) => {
                 buffer.drain(..used);

@@ -30,13 +30,8 @@ fn feed(version: Version, limits: Limits, input: &[u8], cuts: &[usize]) -> (Vec<
     let mut out = Vec::new();
     let mut events = Vec::new();
     let mut buffer: Vec<u8> = Vec::new();
-    let mut bounds: Vec<usize> = cuts.iter().map(|&c| c.min(input.len())).collect();
-    bounds.sort_unstable();
-    bounds.push(input.len());
-    let mut from = 0;
-    for to in bounds {
-        buffer.extend_from_slice(&input[from..to]);
-        from = to;
+    for piece in crate::zmtp::pieces(input, cuts) {
+        buffer.extend_from_slice(piece);
         loop {
             let (used, event) = inbound.next(&buffer, &mut out).expect("valid stream");
             let summary = match event {

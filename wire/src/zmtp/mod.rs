@@ -27,3 +27,21 @@ pub use handshake::{Handshake, Peer, Progress, Version};
 pub use inbound::{Dropped, Event, Inbound, InboundError, Limits};
 pub use mechanism::{Mechanism, MechanismStep, Null};
 pub use socket_type::SocketType;
+
+/// `input` cut at `cuts` (clamped, in any order) into consecutive pieces that cover it, as
+/// reads from a socket could deliver it.
+#[cfg(test)]
+pub(crate) fn pieces<'a>(input: &'a [u8], cuts: &[usize]) -> Vec<&'a [u8]> {
+    let mut bounds: Vec<usize> = cuts.iter().map(|&c| c.min(input.len())).collect();
+    bounds.sort_unstable();
+    bounds.push(input.len());
+    let mut from = 0;
+    bounds
+        .into_iter()
+        .map(|to| {
+            let piece = &input[from..to];
+            from = to;
+            piece
+        })
+        .collect()
+}
