@@ -21,6 +21,11 @@ fn stored(messages: &[&[u8]]) -> Vec<u8> {
     out
 }
 
+/// A node whose writer runs zper's engine (`writer.engine = zmtp`).
+fn engine_node() -> TestNode {
+    TestNode::start_with(|c| c.writer_engine = WriterEngine::Zmtp)
+}
+
 fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while !check() {
@@ -31,7 +36,7 @@ fn eventually(what: &str, mut check: impl FnMut() -> bool) {
 
 #[test]
 fn a_libzmq4_push_producer_is_stored_over_zmtp3() {
-    let n = TestNode::start();
+    let n = engine_node();
     let push = n.writer_client(zmq::PUSH, "pushed", 0);
     for m in [&b"one"[..], b"two", b"three"] {
         push.send(m, 0).expect("send");
@@ -57,7 +62,7 @@ fn a_libzmq4_push_producer_is_refused_by_the_libzmq_router() {
 
 #[test]
 fn a_libzmq4_dealer_in_mode_1_gets_its_ack_on_the_same_connection_spec_4_5() {
-    let n = TestNode::start();
+    let n = engine_node();
     let dealer = n.writer_client(zmq::DEALER, "acked", 1);
     dealer.set_rcvtimeo(5000).expect("timeout");
     dealer.send(&b"m1"[..], 0).expect("send");
@@ -67,7 +72,7 @@ fn a_libzmq4_dealer_in_mode_1_gets_its_ack_on_the_same_connection_spec_4_5() {
 
 #[test]
 fn a_req_producer_in_mode_2_gets_an_ack_per_message_spec_4_5() {
-    let n = TestNode::start();
+    let n = engine_node();
     let req = n.writer_client(zmq::REQ, "req", 2);
     req.set_rcvtimeo(5000).expect("timeout");
     for id in [&b"a"[..], b"b"] {
@@ -83,7 +88,7 @@ fn a_req_producer_in_mode_2_gets_an_ack_per_message_spec_4_5() {
 fn a_zmtp3_peer_presents_its_identity_in_ready_and_its_frames_are_stored() {
     // A ZMTP/3-only peer (zero padding in its signature, as RFC 23 allows): the node answers
     // version 3, NULL, READY; the identity comes in the peer's READY.
-    let n = TestNode::start();
+    let n = engine_node();
     let mut s = TcpStream::connect(n.writer.trim_start_matches("tcp://")).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(5)))
         .expect("timeout");
@@ -152,7 +157,7 @@ fn hostile(endpoint: &str, bytes: &[u8]) -> Vec<u8> {
 
 #[test]
 fn hostile_streams_close_their_own_connection_and_are_counted() {
-    let n = TestNode::start();
+    let n = engine_node();
     let mut good = Zmtp2::connect(&n.writer, Zmtp2::DEALER, &identity("good", 0));
     good.send(&[b"before"]);
     let signature = [0xff, 0, 0, 0, 0, 0, 0, 0, 1, 0x7f];
@@ -194,7 +199,10 @@ fn hostile_streams_close_their_own_connection_and_are_counted() {
 
 #[test]
 fn an_oversized_frame_drops_its_message_and_the_connection_goes_on_spec_4_1() {
-    let n = TestNode::start_with(|c| c.max_message = 1000);
+    let n = TestNode::start_with(|c| {
+        c.writer_engine = WriterEngine::Zmtp;
+        c.max_message = 1000;
+    });
     let mut s = Zmtp2::connect(&n.writer, Zmtp2::DEALER, &identity("big", 0));
     s.send(&[&[1u8; 5000][..]]);
     s.send(&[b"small"]);
@@ -204,7 +212,7 @@ fn an_oversized_frame_drops_its_message_and_the_connection_goes_on_spec_4_1() {
 
 #[test]
 fn a_connection_that_never_finishes_its_handshake_is_closed() {
-    let n = TestNode::start();
+    let n = engine_node();
     let mut s = TcpStream::connect(n.writer.trim_start_matches("tcp://")).expect("connect");
     s.write_all(&[0xff, 0, 0]).expect("partial greeting");
     s.set_read_timeout(Some(Duration::from_secs(30)))

@@ -13,6 +13,8 @@ use zper_wire::zmtp::{
 /// Bytes read from a socket at a time, and the most read from one connection per wake before
 /// the loop turns to the others.
 pub(crate) const READ_CHUNK: usize = 64 * 1024;
+/// Input buffer of a new or quiet connection, bytes (4,096 connections hold 16 MiB).
+pub(crate) const MIN_INPUT: usize = 4 * 1024;
 /// Reply bytes a connection may hold that its peer has not taken yet; replies past this are
 /// refused (the endpoint drops and counts them).
 pub(crate) const MAX_OUTBOUND: usize = 4 * 1024 * 1024;
@@ -48,11 +50,13 @@ pub(crate) struct Connection {
     pub(crate) peer: Option<Peer>,
     phase: Phase,
     limits: Limits,
-    /// Received bytes; `input[start..end]` are unread. Grown (and zeroed) only when a read
-    /// needs room, never shrunk, so reads do not allocate.
+    /// Received bytes; `input[start..end]` are unread. Sized between reads by `size_input`,
+    /// so reads themselves do not allocate.
     input: Vec<u8>,
     start: usize,
     end: usize,
+    /// The last read stopped because the buffer was full (the peer sends fast).
+    filled: bool,
     output: Vec<u8>,
     sent: usize,
 }
@@ -71,30 +75,30 @@ impl Connection {
             input: Vec::new(),
             start: 0,
             end: 0,
+            filled: false,
             output,
             sent: 0,
         }
     }
 
-    /// Reads what the socket holds, at most `budget` bytes and never past the buffer bound
-    /// (`max_buffered` + one chunk).
+    /// Reads what the socket holds, at most `budget` bytes and at most what the input buffer
+    /// holds (see `size_input`).
     ///
     /// Errors: the socket failed (the connection is to be closed).
     pub(crate) fn fill(&mut self, budget: usize) -> io::Result<Fill> {
         self.compact();
-        let cap = self.limits.max_buffered as usize + 9 + READ_CHUNK;
+        self.size_input();
         let mut fill = Fill {
             bytes: 0,
             eof: false,
             more: false,
         };
         loop {
-            if fill.bytes >= budget || self.end - self.start + READ_CHUNK > cap {
+            if self.end == self.input.len() || fill.bytes >= budget {
+                // Full: the caller takes what is whole, then reads again.
+                self.filled = self.end == self.input.len();
                 fill.more = true;
                 return Ok(fill);
-            }
-            if self.input.len() < self.end + READ_CHUNK {
-                self.input.resize(self.end + READ_CHUNK, 0);
             }
             match self.stream.read(&mut self.input[self.end..]) {
                 Ok(0) => {
@@ -105,10 +109,38 @@ impl Connection {
                     self.end += n;
                     fill.bytes += n;
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(fill),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.filled = false;
+                    return Ok(fill);
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
+        }
+    }
+
+    /// Sizes the input buffer before a read: [`MIN_INPUT`] for a new or quiet connection,
+    /// doubling up to [`READ_CHUNK`] while the peer fills it, and past that (up to
+    /// `max_buffered` + 9 + [`READ_CHUNK`]) only while one incomplete message fills it all.
+    /// A buffer grown past [`READ_CHUNK`] is given back once it is empty.
+    fn size_input(&mut self) {
+        let len = self.input.len();
+        let cap = self.limits.max_buffered as usize + 9 + READ_CHUNK;
+        if self.end == 0 && len > READ_CHUNK {
+            self.input = vec![0; READ_CHUNK];
+            return;
+        }
+        let target = if len == 0 {
+            MIN_INPUT
+        } else if self.end == len {
+            (len * 2).min(cap)
+        } else if self.filled && len < READ_CHUNK {
+            (len * 2).min(READ_CHUNK)
+        } else {
+            len
+        };
+        if target > len {
+            self.input.resize(target, 0);
         }
     }
 
@@ -190,6 +222,7 @@ impl Connection {
         }
         if self.sent == self.output.len() {
             self.output.clear();
+            self.output.shrink_to(READ_CHUNK);
             self.sent = 0;
         } else if self.sent > MAX_OUTBOUND {
             self.output.drain(..self.sent);
@@ -201,5 +234,72 @@ impl Connection {
     /// Whether the handshake is still running.
     pub(crate) fn in_handshake(&self) -> bool {
         matches!(self.phase, Phase::Handshake(_))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zper_wire::zmtp::SocketType;
+
+    fn pair(limits: Limits) -> (Connection, std::net::TcpStream) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let peer =
+            std::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        let (server, _) = listener.accept().expect("accept");
+        server.set_nonblocking(true).expect("nonblocking");
+        let handshake = Handshake::new(SocketType::Router, &[SocketType::Dealer], Null);
+        let conn = Connection::accept(TcpStream::from_std(server), handshake, limits);
+        (conn, peer)
+    }
+
+    /// Reads until `want` bytes arrived in all (bounded: 5 s).
+    fn read_until(conn: &mut Connection, want: usize) {
+        let deadline = Instant::now() + std::time::Duration::from_secs(5);
+        let mut got = 0;
+        while got < want && Instant::now() < deadline {
+            got += conn.fill(usize::MAX).expect("fill").bytes;
+        }
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn a_quiet_connection_holds_a_small_buffer_and_a_large_message_is_given_back() {
+        let limits = Limits {
+            max_message: 1 << 20,
+            max_buffered: 2 << 20,
+            allow_empty_message: true,
+        };
+        let (mut conn, mut peer) = pair(limits);
+        let identity = b"\x00\x00\x01a0123456789abcdef";
+        let mut hello = vec![0xff];
+        hello.extend_from_slice(&(identity.len() as u64 + 1).to_be_bytes());
+        hello.extend_from_slice(&[0x7f, 0x01, 0x05, 0x00, identity.len() as u8]);
+        hello.extend_from_slice(identity);
+        peer.write_all(&hello).expect("greeting");
+        read_until(&mut conn, hello.len());
+        assert!(conn.handshake().expect("handshake").is_some());
+        assert_eq!(conn.input.len(), MIN_INPUT, "a handshake needs no more");
+        // One 512 KiB frame: the buffer grows while the incomplete frame fills it ...
+        let body = vec![7u8; 512 * 1024];
+        let mut frame = vec![0x02];
+        frame.extend_from_slice(&(body.len() as u64).to_be_bytes());
+        frame.extend_from_slice(&body);
+        let writer = std::thread::spawn(move || {
+            peer.write_all(&frame).expect("frame");
+            peer
+        });
+        let mut out = Vec::new();
+        let deadline = Instant::now() + std::time::Duration::from_secs(5);
+        while out.is_empty() && Instant::now() < deadline {
+            conn.fill(usize::MAX).expect("fill");
+            while conn.next_event(&mut out).expect("valid").is_some() {}
+        }
+        let _peer = writer.join().expect("writer");
+        assert_eq!(out.len(), 9 + body.len());
+        assert!(conn.input.len() > READ_CHUNK);
+        // ... and is given back once the message is taken.
+        let _ = conn.fill(usize::MAX).expect("fill");
+        assert_eq!(conn.input.len(), READ_CHUNK);
     }
 }
