@@ -4,8 +4,8 @@
 //! threads; each reply goes back through an inproc socket to the front, which owns the ROUTER.
 //! Every request gets exactly one reply: a REQ envelope is echoed (§5.5), malformed requests and
 //! invalid identities get `[102]`, bad offsets `[101]`, store failures `[0xFF]`. FETCH with
-//! max_bytes -1 is the README's stream fetch (§9): `[100][next offset:8][payload]...`, the whole
-//! messages from the offset within one segment. A topic never written reads as one empty segment
+//! max_bytes -1 is the README's stream fetch (§9): `[100][payload]...[next offset:8]`, the whole
+//! messages from the offset within one segment (the next offset last since issue #17). A topic never written reads as one empty segment
 //! at 0 (§5.4) without creating anything on disk.
 //!
 //! Memory is bounded (issue #13): a connection may have [`PER_CONNECTION`] requests in

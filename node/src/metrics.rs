@@ -59,6 +59,11 @@ pub struct Counters {
     pub zmtp_protocol_errors: AtomicU64,
     /// Writer connections closed at once because the writer held its most connections.
     pub zmtp_refused_connections: AtomicU64,
+    /// Idle writer connections closed to make room for a new one at the connection limit.
+    pub zmtp_idle_closed: AtomicU64,
+    /// Writer connections not read for now (backpressure): their producer has too many
+    /// mode-2 messages unanswered or does not take its acks (a gauge).
+    pub writer_held: AtomicU64,
     /// Acks that could not be delivered (peer gone or its queue full); never stops the writer.
     pub acks_dropped: AtomicU64,
     /// Acks sent.
@@ -172,6 +177,8 @@ impl Default for Counters {
             forwarded: AtomicU64::new(0),
             zmtp_protocol_errors: AtomicU64::new(0),
             zmtp_refused_connections: AtomicU64::new(0),
+            zmtp_idle_closed: AtomicU64::new(0),
+            writer_held: AtomicU64::new(0),
             acks_dropped: AtomicU64::new(0),
             acks_sent: AtomicU64::new(0),
             bad_requests: AtomicU64::new(0),
@@ -310,7 +317,7 @@ impl Counters {
 
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
-use prometheus::{IntCounter, IntCounterVec, IntGaugeVec, Opts};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts};
 use std::sync::Arc;
 
 /// Exports [`Counters`] to Prometheus at scrape time.
@@ -330,6 +337,7 @@ pub struct CountersCollector {
     topic_messages_fetched: IntCounterVec,
     topic_bytes_fetched: IntCounterVec,
     connections: IntGaugeVec,
+    writer_held: IntGauge,
     dolly: IntCounterVec,
     relay: IntCounterVec,
     integrity: IntCounterVec,
@@ -403,6 +411,10 @@ impl CountersCollector {
                 "zper_topic_bytes_fetched_total",
                 "Bytes served to readers, by topic.",
             )?,
+            writer_held: IntGauge::new(
+                "zper_writer_held_connections",
+                "Writer connections not read for now: too many mode-2 messages unanswered, or acks not taken.",
+            )?,
             connections: IntGaugeVec::new(
                 Opts::new(
                     "zper_open_connections",
@@ -467,6 +479,7 @@ impl Collector for CountersCollector {
         d.extend(self.rejected.desc());
         d.extend(self.per_topic_vecs().into_iter().flat_map(|v| v.desc()));
         d.extend(self.connections.desc());
+        d.extend(self.writer_held.desc());
         d.extend(self.dolly.desc());
         d.extend(self.relay.desc());
         d.extend(self.integrity.desc());
@@ -517,6 +530,8 @@ impl Collector for CountersCollector {
                 .with_label_values(&[*endpoint])
                 .set(open.load(Ordering::Relaxed).max(0));
         }
+        self.writer_held
+            .set(i64::try_from(Counters::get(&k.writer_held)).unwrap_or(i64::MAX));
         for (reason, value) in [
             ("invalid_identity", &k.invalid_identity),
             ("oversized_frame", &k.oversized_frames),
@@ -528,6 +543,7 @@ impl Collector for CountersCollector {
             ("overloaded", &k.overloaded),
             ("protocol_error", &k.zmtp_protocol_errors),
             ("connection_refused", &k.zmtp_refused_connections),
+            ("idle_closed", &k.zmtp_idle_closed),
         ] {
             catch_up(
                 &self.rejected.with_label_values(&[reason]),
@@ -542,6 +558,7 @@ impl Collector for CountersCollector {
         out.extend(self.rejected.collect());
         out.extend(self.per_topic_vecs().into_iter().flat_map(|v| v.collect()));
         out.extend(self.connections.collect());
+        out.extend(self.writer_held.collect());
         out.extend(self.dolly.collect());
         out.extend(self.relay.collect());
         out.extend(self.integrity.collect());

@@ -130,12 +130,13 @@ fn stream_fetch_is_answered_not_a_crash_spec_5_5() {
     let n = node_with_perf_messages(3);
     let s = n.reader_dealer("test");
     let reply = ask(&s, &fetch_frames(0, -1));
-    // [100][next offset][payload per stored frame] for the whole messages from the offset.
+    // [100][payload per stored frame][next offset] for the whole messages from the offset:
+    // the README's layout first (issue #17), the next offset last.
     assert_eq!(reply[0], [0x64]);
-    assert_eq!(reply[1], 327u64.to_be_bytes());
-    assert_eq!(reply.len(), 2 + 6);
-    assert_eq!(reply[2], [0x00, 0x5e, 0x0e, 0x5d, 0x8f]);
-    assert_eq!(reply[3], [b'x'; 100]);
+    assert_eq!(reply.len(), 1 + 6 + 1);
+    assert_eq!(reply[1], [0x00, 0x5e, 0x0e, 0x5d, 0x8f]);
+    assert_eq!(reply[2], [b'x'; 100]);
+    assert_eq!(reply[7], 327u64.to_be_bytes());
     // Other negative max_bytes: 102.
     assert_eq!(ask(&s, &fetch_frames(0, -5)), vec![vec![0x66]]);
     still_serves(&n);

@@ -230,3 +230,63 @@ fn a_connection_that_never_finishes_its_handshake_is_closed() {
     assert!(closed, "still open after {:?}", started.elapsed());
     assert_eq!(got.len(), 10, "{got:?}");
 }
+
+#[test]
+fn a_pipelining_mode_2_producer_that_takes_no_acks_is_held_back_and_loses_none() {
+    // Helper-15's attack: one producer pipelines tiny mode-2 messages and does not read its
+    // acks. The node must hold it back (stop reading its connection: TCP backpressure) rather
+    // than queue acks without bound or drop them; once it reads, every ack arrives, in order.
+    let n = engine_node();
+    let counters = n.node().counters();
+    let mut p = Zmtp2::connect(&n.writer, Zmtp2::DEALER, &identity("flood", 2));
+    p.stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let mut out = p.stream.try_clone().expect("clone");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let (stop2, sent2) = (stop.clone(), sent.clone());
+    // Sends in chunks of 10,000 until told to stop (at most 8 M messages).
+    let sender = std::thread::spawn(move || {
+        let mut next = 0u32;
+        while !stop2.load(std::sync::atomic::Ordering::Relaxed) && next < 8_000_000 {
+            let mut chunk = Vec::with_capacity(60_000);
+            for id in next..next + 10_000 {
+                chunk.extend_from_slice(&[0x00, 4]);
+                chunk.extend_from_slice(&id.to_be_bytes());
+            }
+            if out.write_all(&chunk).is_err() {
+                break;
+            }
+            next += 10_000;
+            sent2.store(next, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while Counters::get(&counters.writer_held) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "never held back; {} acks dropped so far",
+            Counters::get(&counters.acks_dropped)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(Counters::get(&counters.acks_dropped), 0);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    // Now read: every message gets its ack, `[empty][id]`, in order.
+    let mut acked = 0u32;
+    loop {
+        if sender.is_finished() && acked == sent.load(std::sync::atomic::Ordering::Relaxed) {
+            break;
+        }
+        let reply = p.recv();
+        assert_eq!(reply, vec![Vec::new(), acked.to_be_bytes().to_vec()]);
+        acked += 1;
+    }
+    sender.join().expect("sender");
+    assert!(acked >= 10_000);
+    assert_eq!(Counters::get(&counters.acks_dropped), 0);
+    eventually("no connection held", || {
+        Counters::get(&counters.writer_held) == 0
+    });
+}

@@ -90,7 +90,9 @@ pub enum ReaderRequest {
         max_bytes: i64,
     },
     /// FETCH offset -1, the README's stream fetch (§9): whole messages from `offset` as one
-    /// reply `[100][next offset:8][payload]...`, one frame per stored record (docs/protocol.md).
+    /// reply `[100][payload]...[next offset:8]`, one frame per stored record, then the offset
+    /// after the last one (docs/protocol.md; last, so a README client reading the frames after
+    /// the status as stored frames meets the stored frames first, issue #17).
     Stream {
         /// Absolute byte offset.
         offset: i64,
@@ -225,7 +227,7 @@ pub enum ReaderReply {
     Offsets(Vec<u64>),
     /// `[100][data]` for FETCH: raw segment bytes.
     Data(Vec<u8>),
-    /// `[100][next offset:8][payload]...` for stream fetch.
+    /// `[100][payload]...[next offset:8]` for stream fetch.
     Stream {
         /// Offset just after the last record sent.
         next_offset: u64,
@@ -247,9 +249,9 @@ impl ReaderReply {
             ReaderReply::Stream {
                 next_offset,
                 payloads,
-            } => [ok, next_offset.to_be_bytes().to_vec()]
-                .into_iter()
+            } => std::iter::once(ok)
                 .chain(payloads)
+                .chain(std::iter::once(next_offset.to_be_bytes().to_vec()))
                 .collect(),
         }
     }
@@ -268,7 +270,7 @@ impl ReaderReply {
                 _ => None,
             },
             ReaderRequest::Stream { .. } => {
-                let (next, payloads) = rest.split_first()?;
+                let (next, payloads) = rest.split_last()?;
                 Some(ReaderReply::Stream {
                     next_offset: be(next.as_ref())?,
                     payloads: payloads.iter().map(|p| p.as_ref().to_vec()).collect(),
@@ -399,6 +401,26 @@ mod tests {
             ReaderRequest::decode(&f),
             Ok(ReaderRequest::Stream { offset: 7 })
         );
+    }
+
+    #[test]
+    fn a_stream_reply_puts_the_stored_frames_first_and_the_next_offset_last() {
+        let reply = ReaderReply::Stream {
+            next_offset: 300,
+            payloads: vec![b"a".to_vec(), b"bc".to_vec()],
+        };
+        let frames = reply.clone().into_frames();
+        assert_eq!(
+            frames,
+            vec![
+                vec![100],
+                b"a".to_vec(),
+                b"bc".to_vec(),
+                300u64.to_be_bytes().to_vec()
+            ]
+        );
+        let req = ReaderRequest::Stream { offset: 0 };
+        assert_eq!(ReaderReply::decode(&req, &frames), Some(reply));
     }
 
     fn any_request() -> impl Strategy<Value = ReaderRequest> {

@@ -47,7 +47,7 @@ pub const KEYS: &[ConfigKey] = &[
     key("send_buffer", "1048576", "bytes, 0-2147483647", "reader SO_SNDBUF"),
     key("io_threads", "1", "1-64", "ZeroMQ I/O threads"),
     key("writer.bind", "tcp://*:5555", "ZeroMQ endpoint", "writer endpoint (zper's ZMTP engine takes `tcp://HOST:PORT` only)"),
-    key("writer.engine", "libzmq", "libzmq or zmtp", "what speaks ZMTP on the writer: a libzmq ROUTER (refuses libzmq 4 PUSH producers) or zper's own engine (ZMTP/2.0 and 3.x, DEALER, REQ and PUSH producers, frames stored as received; opt-in: a pipelined mode-2 flood can still grow its ack queue, docs/protocol.md)"),
+    key("writer.engine", "zmtp", "zmtp or libzmq", "what speaks ZMTP on the writer: zper's own engine (ZMTP/2.0 and 3.x, DEALER, REQ and PUSH producers, frames stored as received, producers held back by TCP when their acks pile up, docs/protocol.md) or a libzmq ROUTER (refuses libzmq 4 PUSH producers)"),
     key("writer.workers", "5", "1-256", "writer threads; a topic always goes to the same one (order = arrival order)"),
     key("reader.bind", "tcp://*:5556", "ZeroMQ endpoint", "reader ROUTER"),
     key("reader.workers", "5", "1-256", "reader threads"),

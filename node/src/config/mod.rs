@@ -127,10 +127,10 @@ pub enum ConfigError {
 /// What speaks ZMTP on the writer endpoint (`writer.engine`; issue #17).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WriterEngine {
-    /// zper's own engine (opt-in until its acks are bounded, see docs/protocol.md): ZMTP/2.0
-    /// and 3.x, DEALER, REQ and PUSH producers, frames stored as received.
+    /// zper's own engine (default): ZMTP/2.0 and 3.x, DEALER, REQ and PUSH producers, frames
+    /// stored as received, producers held back by TCP when their acks pile up.
     Zmtp,
-    /// A libzmq ROUTER (default; ZMTP/3 handshake: libzmq 4 PUSH producers are refused).
+    /// A libzmq ROUTER (ZMTP/3 handshake: libzmq 4 PUSH producers are refused).
     Libzmq,
 }
 
@@ -277,7 +277,7 @@ impl Default for NodeConfig {
             io_threads: 1,
             writer_bind: endpoint::WRITER.default_bind(),
             writer_workers: 5,
-            writer_engine: WriterEngine::Libzmq,
+            writer_engine: WriterEngine::Zmtp,
             reader_bind: endpoint::READER.default_bind(),
             reader_workers: 5,
             ack_bind: endpoint::ACK.default_bind(),
@@ -375,8 +375,9 @@ impl NodeConfig {
         c.io_threads = capped(map, "io_threads", 1, MAX_IO_THREADS)? as i32;
         c.writer_workers = capped(map, "writer.workers", 5, MAX_WORKERS)? as usize;
         c.writer_engine = match get("writer.engine").as_deref().map(str::trim) {
+            None => c.writer_engine,
             Some("zmtp") => WriterEngine::Zmtp,
-            None | Some("libzmq") => WriterEngine::Libzmq,
+            Some("libzmq") => WriterEngine::Libzmq,
             Some(other) => return Err(bad("writer.engine", other, "zmtp or libzmq")),
         };
         c.reader_workers = capped(map, "reader.workers", 5, MAX_WORKERS)? as usize;

@@ -8,9 +8,13 @@
 //! REQ envelopes left out, frames over `max_message` and (optionally) empty messages dropped
 //! and counted; acks from the workers go back on the producer's own connection. What is new:
 //! a malformed stream closes that connection only and is counted (`zmtp_protocol_errors`);
-//! TCP backpressure, not drops, holds back a producer while its worker is 16 batches behind.
+//! TCP backpressure, not drops, holds back a producer while its worker is 16 batches behind,
+//! while it has [`MAX_UNANSWERED`](super::credit::MAX_UNANSWERED) mode-2 messages unanswered
+//! (see [`super::credit`]), or while its connection holds [`OUTPUT_PAUSE`] reply bytes it has
+//! not taken. At [`MAX_CONNECTIONS`] the connection idle the longest (at least
+//! [`IDLE_EVICTION`]) is closed to make room; if none is, the new one is refused.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -23,11 +27,13 @@ use tracing::{debug, error, warn};
 use zper_wire::zmtp::command::encode_pong;
 use zper_wire::zmtp::{Command, Dropped, Event, Handshake, Limits, Null, SocketType};
 
+use super::credit::Credit;
 use super::front::dropped;
 use super::{Producer, Producers, WriteBatch, BATCH_BYTES};
 use crate::endpoint::POLL_MS;
 use crate::metrics::Counters;
 use crate::zmtp::connection::{Connection, READ_CHUNK};
+use zper_wire::AckMode;
 
 /// Peers the writer accepts (spec §4.1: DEALER, REQ and PUSH).
 pub(crate) const WRITER_PEERS: [SocketType; 3] =
@@ -37,6 +43,12 @@ pub(crate) const WRITER_PEERS: [SocketType; 3] =
 pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most connections the writer holds at once; more are accepted and closed at once, counted.
 pub(crate) const MAX_CONNECTIONS: usize = 4096;
+/// A connection idle this long may be closed to make room for a new one at
+/// [`MAX_CONNECTIONS`].
+pub(crate) const IDLE_EVICTION: Duration = Duration::from_secs(10);
+/// Reply bytes a connection may hold unsent before its input is no longer read: a producer
+/// that does not take its acks is held back rather than have them dropped.
+pub(crate) const OUTPUT_PAUSE: usize = 256 * 1024;
 /// Bytes read from one connection per wake before the others get their turn.
 const READ_BUDGET: usize = 16 * READ_CHUNK;
 
@@ -48,6 +60,8 @@ struct Client {
     conn: Connection,
     routing_id: Vec<u8>,
     producer: Option<Arc<Producer>>,
+    /// When bytes last came in or replies went out.
+    active: Instant,
 }
 
 pub(crate) struct EngineFront {
@@ -58,6 +72,11 @@ pub(crate) struct EngineFront {
     pub(crate) limits: Limits,
     pub(crate) counters: Arc<Counters>,
     pub(crate) stop: Arc<AtomicBool>,
+    /// Most connections held at once ([`MAX_CONNECTIONS`]).
+    pub(crate) max_connections: usize,
+    /// How long a connection must have been idle to be closed for a new one
+    /// ([`IDLE_EVICTION`]).
+    pub(crate) idle_eviction: Duration,
 }
 
 /// The engine loop's connections: by token, and by routing id for acks.
@@ -67,6 +86,41 @@ struct Clients {
     by_id: HashMap<Vec<u8>, Token>,
     next: usize,
     anonymous: u32,
+    /// Unanswered mode-2 messages per producer.
+    credit: Credit,
+    /// Connections not read for now (see [`Clients::held`]); read again once they may.
+    paused: HashSet<Token>,
+}
+
+impl Clients {
+    /// Whether `token`'s connection must not be read for now: it holds [`OUTPUT_PAUSE`] reply
+    /// bytes its peer has not taken, or its producer may not send another mode-2 message.
+    fn held(&self, token: Token) -> bool {
+        self.by_token.get(&token).is_some_and(|c| {
+            c.conn.unsent() >= OUTPUT_PAUSE
+                || c.producer.as_ref().is_some_and(|p| {
+                    p.mode == AckMode::PerMessage && !self.credit.may_send(&c.routing_id)
+                })
+        })
+    }
+
+    /// The paused connections that may be read again (taken out of the paused set).
+    fn resumable(&mut self) -> Vec<Token> {
+        if self.paused.is_empty() {
+            return Vec::new();
+        }
+        let mut ready: Vec<Token> = self
+            .paused
+            .iter()
+            .filter(|t| !self.by_token.contains_key(t) || !self.held(**t))
+            .copied()
+            .collect();
+        for t in &ready {
+            self.paused.remove(t);
+        }
+        ready.retain(|t| self.by_token.contains_key(t));
+        ready
+    }
 }
 
 impl EngineFront {
@@ -118,6 +172,11 @@ impl EngineFront {
                     LISTENER => self.accept(&poll, &mut clients),
                     ACKS => {}
                     token => {
+                        if (event.is_error() || event.is_write_closed()) && clients.held(token) {
+                            // Not read while held, so the loss of its peer would go unseen.
+                            self.close(&poll, &mut clients, token);
+                            continue;
+                        }
                         if event.is_writable() {
                             self.flush(&poll, &mut clients, token);
                         }
@@ -138,8 +197,21 @@ impl EngineFront {
             for worker in 0..batches.len() {
                 self.dispatch(worker, &mut batches);
             }
+            // Held connections whose replies caught up: their bytes may already wait in the
+            // socket, which an edge-triggered poll will not announce again.
+            again.extend(clients.resumable());
+            self.counters
+                .writer_held
+                .store(clients.paused.len() as u64, Ordering::Relaxed);
             if swept.elapsed() >= Duration::from_secs(1) {
                 swept = Instant::now();
+                let forgiven = clients.credit.forgive_stale(swept);
+                if forgiven > 0 {
+                    warn!(
+                        messages = forgiven,
+                        "writer stopped waiting for mode-2 replies that never came"
+                    );
+                }
                 let late: Vec<Token> = clients
                     .by_token
                     .iter()
@@ -172,7 +244,7 @@ impl EngineFront {
                     return;
                 }
             };
-            if clients.by_token.len() >= MAX_CONNECTIONS {
+            if clients.by_token.len() >= self.max_connections && !self.evict_idle(poll, clients) {
                 Counters::add(&self.counters.zmtp_refused_connections, 1);
                 continue; // dropped: closed
             }
@@ -195,11 +267,29 @@ impl EngineFront {
                     conn,
                     routing_id: Vec::new(),
                     producer: None,
+                    active: Instant::now(),
                 },
             );
             self.counters.connections[0].fetch_add(1, Ordering::Relaxed);
             self.flush(poll, clients, token);
         }
+    }
+
+    /// Closes the connection idle the longest, if it has been idle for `idle_eviction` at
+    /// least; true if one was closed.
+    fn evict_idle(&mut self, poll: &Poll, clients: &mut Clients) -> bool {
+        let oldest = clients
+            .by_token
+            .iter()
+            .min_by_key(|(_, c)| c.active)
+            .filter(|(_, c)| c.active.elapsed() >= self.idle_eviction)
+            .map(|(t, _)| *t);
+        let Some(token) = oldest else {
+            return false;
+        };
+        Counters::add(&self.counters.zmtp_idle_closed, 1);
+        self.close(poll, clients, token);
+        true
     }
 
     /// Reads and handles what `token`'s connection has; true when it should be read again
@@ -211,6 +301,10 @@ impl EngineFront {
         token: Token,
         batches: &mut [WriteBatch],
     ) -> bool {
+        if clients.held(token) {
+            clients.paused.insert(token);
+            return false;
+        }
         let Some(client) = clients.by_token.get_mut(&token) else {
             return false;
         };
@@ -251,12 +345,26 @@ impl EngineFront {
                 }
             }
         }
-        if let Err(e) = self.messages(clients, token, batches) {
-            self.flush(poll, clients, token);
-            self.protocol_error(poll, clients, token, &e);
+        if fill.bytes > 0 {
+            if let Some(client) = clients.by_token.get_mut(&token) {
+                client.active = Instant::now();
+            }
+        }
+        let held = match self.messages(clients, token, batches) {
+            Ok(held) => held,
+            Err(e) => {
+                self.flush(poll, clients, token);
+                self.protocol_error(poll, clients, token, &e);
+                return false;
+            }
+        };
+        self.flush(poll, clients, token);
+        if held {
+            // Unread messages stay in the buffer (and the socket) until replies catch up;
+            // an end of stream behind them is seen then.
+            clients.paused.insert(token);
             return false;
         }
-        self.flush(poll, clients, token);
         if fill.eof {
             self.close(poll, clients, token);
             return false;
@@ -264,19 +372,30 @@ impl EngineFront {
         fill.more
     }
 
-    /// Moves every whole message of `token`'s unread bytes into its worker's batch.
+    /// Moves every whole message of `token`'s unread bytes into its worker's batch; true when
+    /// it stopped early because the producer has too many mode-2 messages unanswered.
     fn messages(
         &mut self,
         clients: &mut Clients,
         token: Token,
         batches: &mut [WriteBatch],
-    ) -> Result<(), String> {
+    ) -> Result<bool, String> {
         let Some(client) = clients.by_token.get_mut(&token) else {
-            return Ok(());
+            return Ok(false);
         };
+        let credit = &mut clients.credit;
+        let per_message = client
+            .producer
+            .as_ref()
+            .is_some_and(|p| p.mode == AckMode::PerMessage);
+        let now = Instant::now();
         let mut scratch = Vec::new();
+        // One clone per call, not per message: the batch's runs hold it.
+        let producer = client.producer.clone();
         loop {
-            let producer = client.producer.clone();
+            if per_message && !credit.may_send(&client.routing_id) {
+                return Ok(true);
+            }
             let out = match &producer {
                 Some(p) => &mut batches[p.worker].bytes,
                 None => &mut scratch,
@@ -285,9 +404,12 @@ impl EngineFront {
             let event = client.conn.next_event(out).map_err(|e| e.to_string())?;
             let mut pong = None;
             match event {
-                None => return Ok(()),
+                None => return Ok(false),
                 Some(Event::Message { first_frame, .. }) => match &producer {
                     Some(p) => {
+                        if per_message {
+                            credit.sent(&client.routing_id, now);
+                        }
                         let batch = &mut batches[p.worker];
                         batch.record_at(p, first_frame);
                         if batch.bytes.len() >= BATCH_BYTES {
@@ -356,6 +478,7 @@ impl EngineFront {
         if clients.by_id.get(&client.routing_id) == Some(&token) {
             clients.by_id.remove(&client.routing_id);
         }
+        clients.paused.remove(&token);
         self.counters.connections[0].fetch_sub(1, Ordering::Relaxed);
     }
 
@@ -369,21 +492,32 @@ impl EngineFront {
         }
     }
 
-    /// Sends the workers' acks (`[routing id][frames...]`) on their producers' connections.
+    /// Sends the workers' acks (`[routing id][frames...]`) on their producers' connections,
+    /// each connection written once after the queue is drained.
     fn forward_acks(&mut self, poll: &Poll, clients: &mut Clients) {
+        let now = Instant::now();
+        let mut touched = HashSet::new();
         while let Ok(frames) = self.acks.recv_multipart(zmq::DONTWAIT) {
-            let token = frames.first().and_then(|id| clients.by_id.get(id)).copied();
+            let Some(id) = frames.first() else {
+                continue;
+            };
+            clients.credit.answered(id, now);
+            let token = clients.by_id.get(id).copied();
             let sent = token
                 .and_then(|t| clients.by_token.get_mut(&t))
-                .is_some_and(|c| c.conn.send(&frames[1..]));
+                .is_some_and(|c| {
+                    c.active = now;
+                    c.conn.send(&frames[1..])
+                });
             if sent {
                 Counters::add(&self.counters.acks_sent, 1);
-                if let Some(t) = token {
-                    self.flush(poll, clients, t);
-                }
+                touched.extend(token);
             } else {
                 Counters::add(&self.counters.acks_dropped, 1);
             }
+        }
+        for token in touched {
+            self.flush(poll, clients, token);
         }
     }
 
@@ -399,3 +533,7 @@ impl EngineFront {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "engine_tests.rs"]
+mod tests;

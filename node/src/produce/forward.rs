@@ -116,6 +116,7 @@ impl Forwarder {
         let n = job.messages.len() as u64;
         let Some(frag) = self.view.fragment(&job.topic) else {
             Counters::add(&self.counters.not_leader, n);
+            self.give_up(job);
             return;
         };
         let Some(endpoint) = self
@@ -125,6 +126,7 @@ impl Forwarder {
             .filter(|w| !w.is_empty())
         else {
             Counters::add(&self.counters.not_leader, n);
+            self.give_up(job);
             return;
         };
         let acked = job.mode != AckMode::None;
@@ -144,6 +146,7 @@ impl Forwarder {
                 Err(e) => {
                     warn!(leader = frag.leader, error = %e, "cannot connect to the leader's writer");
                     Counters::add(&self.counters.not_leader, n);
+                    self.give_up(job);
                     return;
                 }
             }
@@ -159,19 +162,21 @@ impl Forwarder {
             }
             let id = frames.first().cloned().unwrap_or_default();
             out.extend(frames);
+            let waiting = acked.then(|| Waiting {
+                routing_id: job.routing_id.clone(),
+                mode: job.mode,
+                id,
+                since: Instant::now(),
+            });
             if link.socket.send_multipart(out, zmq::DONTWAIT).is_err() {
                 Counters::add(&self.counters.not_leader, 1);
+                if let Some(w) = waiting {
+                    self.answer(w, None);
+                }
                 continue;
             }
             Counters::add(&self.counters.forwarded, 1);
-            if acked {
-                link.waiting.push_back(Waiting {
-                    routing_id: job.routing_id.clone(),
-                    mode: job.mode,
-                    id,
-                    since: Instant::now(),
-                });
-            }
+            link.waiting.extend(waiting);
         }
     }
 
@@ -230,6 +235,27 @@ impl Forwarder {
             if let Some(w) = link.waiting.pop_front() {
                 self.answer(w, Some(frames));
             }
+        }
+    }
+
+    /// Answers every message of `job` 104 (not the leader) when its producer waits for acks:
+    /// each message that waits gets exactly one answer, which the writer's bound on unanswered
+    /// messages counts on (`produce::credit`).
+    fn give_up(&self, job: ForwardJob) {
+        if job.mode == AckMode::None {
+            return;
+        }
+        for frames in job.messages {
+            let id = frames.into_iter().next().unwrap_or_default();
+            self.answer(
+                Waiting {
+                    routing_id: job.routing_id.clone(),
+                    mode: job.mode,
+                    id,
+                    since: Instant::now(),
+                },
+                None,
+            );
         }
     }
 

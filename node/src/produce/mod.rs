@@ -15,10 +15,12 @@
 //!
 //! Modules: [`front`] (the ROUTER thread: identities, routing, encoding into batches),
 //! [`worker`] (append, flush, topic creation, forwarding), [`acks`] (the pure ack book: which
-//! replies are due given durable offsets, leadership and `min_insync`).
+//! replies are due given durable offsets, leadership and `min_insync`), [`engine`] (the same
+//! front on zper's own ZMTP engine) and [`credit`] (its bound on unanswered mode-2 messages).
 
 mod acks;
 pub mod create;
+mod credit;
 mod engine;
 pub mod forward;
 mod front;
@@ -300,6 +302,8 @@ pub(crate) fn spawn(
                 },
                 counters: nc.counters.clone(),
                 stop: nc.stop(),
+                max_connections: engine::MAX_CONNECTIONS,
+                idle_eviction: engine::IDLE_EVICTION,
             };
             spawn_thread("zper-writer", move || front.run(threads))?
         }

@@ -193,13 +193,18 @@ impl Connection {
     /// Queues one message of `frames` (MORE on all but the last).
     /// Returns false, queuing nothing, when the peer already holds [`MAX_OUTBOUND`] bytes unread.
     pub(crate) fn send(&mut self, frames: &[Vec<u8>]) -> bool {
-        if self.output.len() - self.sent >= MAX_OUTBOUND {
+        if self.unsent() >= MAX_OUTBOUND {
             return false;
         }
         for (i, frame) in frames.iter().enumerate() {
             encode_frame(i + 1 < frames.len(), false, frame, &mut self.output);
         }
         true
+    }
+
+    /// Reply bytes queued that the peer has not taken yet.
+    pub(crate) fn unsent(&self) -> usize {
+        self.output.len() - self.sent
     }
 
     /// Queues raw bytes (a command such as PONG).

@@ -6,7 +6,9 @@
 //! What the writer keeps from the original (§4.1, §4.2) and from zper's libzmq front:
 //! - an empty first frame followed by more frames is a REQ envelope: not stored, reported;
 //! - a frame over `max_message` bytes drops its whole message, whose bytes are skipped as they
-//!   arrive (never buffered), and the connection goes on;
+//!   arrive (never buffered), and the connection goes on; a declared length of 2^63 or more is
+//!   a protocol error (JeroMQ reads the length as a signed long and refuses a negative one), so
+//!   a peer cannot hold its connection in an endless skip;
 //! - an empty message is dropped when `allow_empty_message` is false (§6.3);
 //! - a message whose frames add up to more than `max_buffered` bytes is dropped the same way,
 //!   so one connection never holds more than that in its buffer;
@@ -18,6 +20,10 @@ use std::ops::Range;
 use super::command::{Command, CommandError};
 use super::frame::{FrameError, FrameHeader};
 use super::handshake::{Version, MAX_HANDSHAKE_COMMAND};
+
+/// Largest frame length a peer may declare, bytes: 2^63 - 1. Longer is a protocol error, as
+/// in JeroMQ 0.3 (a negative `long`) and libzmq (more than `size_t` or `ZMQ_MAXMSGSIZE`).
+pub const MAX_DECLARED_LEN: u64 = i64::MAX as u64;
 
 /// Why a message was not stored (the connection goes on).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,8 +148,9 @@ impl Inbound {
                 self.state = State::Idle;
                 break;
             }
-            // The next frame of the dropped message: any length, it is skipped too.
-            let Some(h) = FrameHeader::decode(&input[at..], self.commands, u64::MAX)? else {
+            // The next frame of the dropped message: any valid length, it is skipped too.
+            let Some(h) = FrameHeader::decode(&input[at..], self.commands, MAX_DECLARED_LEN)?
+            else {
                 self.state = State::Skipping { body_left: 0, more };
                 break;
             };
@@ -171,7 +178,7 @@ impl Inbound {
         let mut frames = 0usize;
         let mut canonical = true;
         let last = loop {
-            let h = match FrameHeader::decode(&input[at..], self.commands, u64::MAX)? {
+            let h = match FrameHeader::decode(&input[at..], self.commands, MAX_DECLARED_LEN)? {
                 Some(h) => h,
                 None => return Ok((0, None)),
             };

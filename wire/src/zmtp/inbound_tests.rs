@@ -99,13 +99,34 @@ fn an_oversized_frame_drops_its_message_and_the_next_one_is_stored() {
 }
 
 #[test]
-fn a_2_pow_63_frame_is_skipped_not_buffered() {
+fn a_huge_frame_is_skipped_not_buffered_and_a_2_pow_63_length_is_an_error() {
     let mut input = vec![0x02];
-    input.extend_from_slice(&(1u64 << 63).to_be_bytes());
+    input.extend_from_slice(&MAX_DECLARED_LEN.to_be_bytes());
     input.extend_from_slice(&[0u8; 5000]);
     let (out, events) = feed(Version::V3 { minor: 1 }, LIMITS, &input, &[100, 2000]);
     assert!(out.is_empty());
     assert_eq!(events, vec!["OversizedFrame"]);
+    // 2^63, as the first frame or as a later frame of a message being skipped: the connection
+    // must be closed, not kept skipping for ever.
+    for prefix in [&[][..], &[0x03, 0, 0, 0, 0, 0, 0, 0x10, 0][..]] {
+        let mut input = prefix.to_vec();
+        input.extend_from_slice(&[0u8; 0x1000]);
+        input.push(0x02);
+        input.extend_from_slice(&(1u64 << 63).to_be_bytes());
+        let mut inbound = Inbound::new(Version::V2, LIMITS);
+        let mut buffer = &input[..];
+        let err = loop {
+            match inbound.next(buffer, &mut Vec::new()) {
+                Ok((0, None)) => panic!("the 2^63 length was accepted"),
+                Ok((used, _)) => buffer = &buffer[used..],
+                Err(e) => break e,
+            }
+        };
+        assert!(
+            matches!(err, InboundError::Frame(FrameError::TooLong { .. })),
+            "{err}"
+        );
+    }
 }
 
 #[test]

@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# Issue #17's wire-speed benchmark: one independent C client (bench/wire/zbench.c, on the
+# system's libzmq) against zper, against raw libzmq PUSH/PULL with the same count and size, and
+# against the original ZPER when one is running. ROUNDS interleaved rounds; prints every line,
+# then medians and ratios.
+#
+#   bench/wire-speed.sh ZPER_BINARY
+#
+# Steps per round (fresh node and data each round):
+#   produce1   1 producer, N messages of SIZE bytes, mode 0, time from the first send until the
+#              reader's flushed end covers them; raw: PUSH -> PULL, first to last message.
+#   produce4   4 producers of N/4 each on one topic, the slowest one's time; raw: 4 PUSH -> 1 PULL.
+#   consume    FETCH max_bytes 1 MiB from 0 to the end of produce1's topic (page cache), with
+#              the C client and with `zper perf consume` (zper's own client).
+#   cpu        the node's CPU time (user + system, /proc) during produce1 per message; raw: the
+#              PULL process's own CPU per message.
+#
+# The original ZPER (Java, miniway/zper on JeroMQ 0.3) is not built here. To include it, start
+# it yourself and set ORIGINAL_WRITER=tcp://... ORIGINAL_READER=tcp://... ORIGINAL_PID=<pid>;
+# every round then runs the same steps against it (use a fresh data directory).
+# Env: N (3000000), SIZE (100), ROUNDS (5), CONF (extra node config lines), PORT_BASE (28000).
+# Needs: cc and zmq.h (Debian: libzmq3-dev).
+set -euo pipefail
+Z=${1:?usage: bench/wire-speed.sh ZPER_BINARY}
+N=${N:-3000000}
+SIZE=${SIZE:-100}
+ROUNDS=${ROUNDS:-5}
+P=${PORT_BASE:-28000}
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+if ! cc -O2 -o "$work/zbench" "$here/wire/zbench.c" -lzmq 2>"$work/cc.log"; then
+  cat "$work/cc.log" >&2
+  echo "wire-speed: cannot build the C client; install a C compiler and libzmq (apt-get install libzmq3-dev)" >&2
+  exit 2
+fi
+zb=$work/zbench
+out=$work/results
+: > "$out"
+ticks=$(getconf CLK_TCK)
+cpu_of() { # pid -> CPU seconds (user + system) so far
+  awk -v t="$ticks" '{ print ($14 + $15) / t }' "/proc/$1/stat"
+}
+
+node() { # dir -> starts a node, sets NODE_PID
+  local dir=$1
+  mkdir -p "$dir"
+  cat > "$dir/node.properties" <<CONF
+base_dir = $dir/data
+writer.bind = tcp://127.0.0.1:$((P + 55))
+reader.bind = tcp://127.0.0.1:$((P + 56))
+ack.bind = tcp://127.0.0.1:$((P + 57))
+controller.bind = tcp://127.0.0.1:$((P + 58))
+relay.bind = tcp://127.0.0.1:$((P + 59))
+replica.bind = tcp://127.0.0.1:$((P + 60))
+dolly.requests.bind = tcp://127.0.0.1:$((P + 66))
+dolly.updates.bind = tcp://127.0.0.1:$((P + 64))
+dolly.snapshots.bind = tcp://127.0.0.1:$((P + 65))
+http.bind = 127.0.0.1:$((P + 44))
+flush_messages = 10000
+flush_interval = 1000
+${CONF:-}
+CONF
+  RUST_LOG=warn "$Z" --config "$dir/node.properties" &
+  NODE_PID=$!
+  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$((P + 44))/v1/status/ready" >/dev/null && return; sleep 0.2; done
+  echo "wire-speed: the node did not get ready" >&2
+  exit 1
+}
+
+broker() { # label writer reader pid
+  local label=$1 w=$2 r=$3 pid=$4 c0 c1 t
+  c0=$(cpu_of "$pid")
+  t=$("$zb" produce "$w" "$r" one$RANDOM "$N" "$SIZE" | awk '{print $3}')
+  c1=$(cpu_of "$pid")
+  echo "$label produce1 $(awk -v n="$N" -v t="$t" 'BEGIN{printf "%.0f", n/t}') msg/s"
+  echo "$label cpu $(awk -v n="$N" -v a="$c0" -v b="$c1" 'BEGIN{printf "%.3f", (b-a)*1e6/n}') us/msg"
+  local topic=four$RANDOM pids=() i
+  for i in 1 2 3 4; do
+    "$zb" produce "$w" "$r" "$topic" "$((N / 4))" "$SIZE" "$i" "$N" > "$work/p$i" &
+    pids+=($!)
+  done
+  wait "${pids[@]}"
+  t=$(cat "$work"/p[1-4] | awk '$3 > m {m = $3} END {print m}')
+  echo "$label produce4 $(awk -v n="$N" -v t="$t" 'BEGIN{printf "%.0f", n/t}') msg/s"
+}
+
+raw() {
+  local t c pids i
+  "$zb" sink "tcp://127.0.0.1:$((P + 70))" "$N" > "$work/sink" &
+  local s=$!
+  sleep 0.2
+  "$zb" push "tcp://127.0.0.1:$((P + 70))" "$N" "$SIZE"
+  wait $s
+  read -r _ _ t c < "$work/sink"
+  echo "raw produce1 $(awk -v n="$N" -v t="$t" 'BEGIN{printf "%.0f", n/t}') msg/s"
+  echo "raw cpu $(awk -v n="$N" -v c="$c" 'BEGIN{printf "%.3f", c*1e6/n}') us/msg"
+  "$zb" sink "tcp://127.0.0.1:$((P + 70))" "$N" > "$work/sink" &
+  s=$!
+  sleep 0.2
+  pids=()
+  for i in 1 2 3 4; do
+    "$zb" push "tcp://127.0.0.1:$((P + 70))" "$((N / 4))" "$SIZE" &
+    pids+=($!)
+  done
+  wait "${pids[@]}" $s
+  read -r _ _ t c < "$work/sink"
+  echo "raw produce4 $(awk -v n="$N" -v t="$t" 'BEGIN{printf "%.0f", n/t}') msg/s"
+}
+
+consume() { # label reader topic
+  local label=$1 r=$2 topic=$3 line
+  line=$("$zb" consume "$r" "$topic" 1048576)
+  echo "$label consume $(echo "$line" | awk '{printf "%.0f", $2/$4}') msg/s"
+}
+
+for round in $(seq "$ROUNDS"); do
+  {
+    raw
+    dir=$work/node$round
+    node "$dir"
+    w=tcp://127.0.0.1:$((P + 55)) r=tcp://127.0.0.1:$((P + 56))
+    broker zper "$w" "$r" "$NODE_PID"
+    "$zb" produce "$w" "$r" cons "$N" "$SIZE" >/dev/null
+    consume zper "$r" cons
+    perf=$("$Z" perf consume -t cons -r "127.0.0.1:$((P + 56))" -n "$N" | sed -n 's/.*msg_per_s=\([0-9.]*\).*/\1/p')
+    echo "zper-perf consume ${perf%.*} msg/s"
+    kill "$NODE_PID"; wait "$NODE_PID" 2>/dev/null || true
+    rm -rf "$dir"
+    if [ -n "${ORIGINAL_WRITER:-}" ]; then
+      broker original "$ORIGINAL_WRITER" "$ORIGINAL_READER" "${ORIGINAL_PID:?set ORIGINAL_PID too}"
+      "$zb" produce "$ORIGINAL_WRITER" "$ORIGINAL_READER" cons$round "$N" "$SIZE" >/dev/null
+      consume original "$ORIGINAL_READER" cons$round
+    fi
+  } | sed "s/^/round $round: /" | tee -a "$out"
+done
+
+median() { sort -n | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+pick() { grep " $1 $2 " "$out" | awk '{print $5}' | median; }
+echo
+echo "medians of $ROUNDS rounds, $N messages of $SIZE bytes:"
+[ -n "${ORIGINAL_WRITER:-}" ] || echo "the original ZPER was not available (set ORIGINAL_WRITER, ORIGINAL_READER, ORIGINAL_PID): compared against raw libzmq PUSH/PULL"
+for step in produce1 produce4 cpu; do
+  z=$(pick zper "$step"); b=$(pick raw "$step")
+  awk -v s="$step" -v z="$z" -v b="$b" 'BEGIN { printf "%-9s zper %12s  raw libzmq %12s  zper/raw %.2f\n", s, z, b, z / b }'
+  if [ -n "${ORIGINAL_WRITER:-}" ]; then
+    o=$(pick original "$step")
+    awk -v s="$step" -v z="$z" -v o="$o" 'BEGIN { printf "%-9s zper %12s  original   %12s  zper/original %.2f\n", s, z, o, z / o }'
+  fi
+done
+z=$(pick zper consume); p=$(pick zper-perf consume)
+awk -v z="$z" -v p="$p" 'BEGIN { printf "consume   C client %12s msg/s  zper perf consume %12s msg/s  perf/C %.2f\n", z, p, p / z }'
+if [ -n "${ORIGINAL_WRITER:-}" ]; then
+  o=$(pick original consume)
+  awk -v z="$z" -v o="$o" 'BEGIN { printf "consume   zper %12s  original %12s  zper/original %.2f\n", z, o, z / o }'
+fi
