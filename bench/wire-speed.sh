@@ -58,12 +58,19 @@ dolly.updates.bind = tcp://127.0.0.1:$((P + 64))
 dolly.snapshots.bind = tcp://127.0.0.1:$((P + 65))
 http.bind = 127.0.0.1:$((P + 44))
 flush_messages = 10000
-flush_interval = 1000
+flush_interval = 50
 ${CONF:-}
 CONF
   RUST_LOG=warn "$Z" --config "$dir/node.properties" &
   NODE_PID=$!
-  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$((P + 44))/v1/status/ready" >/dev/null && return; sleep 0.2; done
+  for _ in $(seq 100); do
+    curl -sf "http://127.0.0.1:$((P + 44))/v1/status/ready" >/dev/null && return
+    if ! kill -0 "$NODE_PID" 2>/dev/null; then
+      echo "wire-speed: the node exited (see its message above; ports $((P + 44))-$((P + 70)) must be free, set PORT_BASE)" >&2
+      exit 1
+    fi
+    sleep 0.2
+  done
   echo "wire-speed: the node did not get ready" >&2
   exit 1
 }
@@ -132,7 +139,7 @@ for round in $(seq "$ROUNDS"); do
       "$zb" produce "$ORIGINAL_WRITER" "$ORIGINAL_READER" cons$round "$N" "$SIZE" >/dev/null
       consume original "$ORIGINAL_READER" cons$round
     fi
-  } | sed "s/^/round $round: /" | tee -a "$out"
+  } | sed -u "s/^/round $round: /" | tee -a "$out"
 done
 
 median() { sort -n | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }

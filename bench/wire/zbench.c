@@ -4,8 +4,8 @@
  *
  *   zbench produce ENDPOINT READER TOPIC COUNT SIZE [ID [TOTAL]]
  *       A DEALER with a mode-0 identity for TOPIC (uuid from ID) sends COUNT messages of SIZE
- *       bytes, then asks READER (OFFSET -1) until the flushed end covers TOTAL messages
- *       (default COUNT) more than at its start. Prints "produce <count> <seconds from the
+ *       bytes, then asks READER (OFFSET -1) until the flushed end covers COUNT messages more
+ *       than at its start, or, with TOTAL, TOTAL messages from offset 0 (a fresh topic). Prints "produce <count> <seconds from the
  *       first send to the flushed end>". Several producers on one fresh topic each pass the
  *       sum as TOTAL; the slowest one's time is the run's.
  *   zbench push ENDPOINT COUNT SIZE        A PUSH sends COUNT messages of SIZE bytes.
@@ -76,9 +76,11 @@ static int ask(void *s, const void *const *frames, const size_t *lens, int n, zm
     }
 }
 
-static void *reader(void *ctx, const char *endpoint, const char *topic) {
+/* A reader DEALER; `who` makes its identity unique (the reader hands an identity over to its
+ * newest connection, so two readers sharing one would lose replies). */
+static void *reader(void *ctx, const char *endpoint, const char *topic, unsigned who) {
     unsigned char id[128];
-    size_t idlen = identity(topic, 0, 0xfffffff0u, id);
+    size_t idlen = identity(topic, 0, 0x80000000u | who, id);
     void *s = zmq_socket(ctx, ZMQ_DEALER);
     zmq_setsockopt(s, ZMQ_IDENTITY, id, idlen);
     int linger = 0;
@@ -108,7 +110,7 @@ static int produce(int argc, char **argv) {
     unsigned who = argc > 7 ? (unsigned)atol(argv[7]) : 1;
     long total = argc > 8 ? atol(argv[8]) : count;
     void *ctx = zmq_ctx_new();
-    void *r = reader(ctx, rendpoint, topic);
+    void *r = reader(ctx, rendpoint, topic, who);
     uint64_t base = flushed_end(r);
     unsigned char id[128];
     size_t idlen = identity(topic, 0, who, id);
@@ -120,6 +122,9 @@ static int produce(int argc, char **argv) {
     char *body = malloc(size);
     memset(body, 'x', size);
     usleep(200000); /* the connection is up before the clock starts */
+    /* Several producers on one fresh topic: TOTAL counts from offset 0, since a producer
+     * that starts late would read a base that already holds the others' messages. */
+    if (argc > 8) base = 0;
     uint64_t want = base + (uint64_t)total * (size + (size > 255 ? 9 : 2));
     double t0 = now();
     for (long i = 0; i < count; i++)
@@ -182,7 +187,7 @@ static int consume(int argc, char **argv) {
     if (argc < 5) return 2;
     long max = atol(argv[4]);
     void *ctx = zmq_ctx_new();
-    void *r = reader(ctx, argv[2], argv[3]);
+    void *r = reader(ctx, argv[2], argv[3], 0);
     uint64_t end = flushed_end(r), at = 0, messages = 0;
     unsigned char off[8], mb[8];
     double t0 = now();

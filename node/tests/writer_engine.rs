@@ -290,3 +290,49 @@ fn a_pipelining_mode_2_producer_that_takes_no_acks_is_held_back_and_loses_none()
         Counters::get(&counters.writer_held) == 0
     });
 }
+
+#[test]
+fn a_producer_that_half_closes_after_its_last_message_still_gets_every_ack() {
+    // Helper-16: a producer that shuts its sending side down after its last message lost the
+    // acks still due (the engine closed at end of stream) although its messages were stored.
+    let n = engine_node();
+    // Mode 2: one ack per message, in order, then the node closes.
+    let mut p = Zmtp2::connect(&n.writer, Zmtp2::DEALER, &identity("halfclose", 2));
+    let mut all = Vec::new();
+    for id in 0..2000u32 {
+        all.extend_from_slice(&[0x00, 4]);
+        all.extend_from_slice(&id.to_be_bytes());
+    }
+    p.stream.write_all(&all).expect("messages");
+    p.stream
+        .shutdown(std::net::Shutdown::Write)
+        .expect("half-close");
+    for id in 0..2000u32 {
+        assert_eq!(
+            p.recv(),
+            vec![Vec::new(), id.to_be_bytes().to_vec()],
+            "ack {id}"
+        );
+    }
+    let mut rest = Vec::new();
+    p.stream.read_to_end(&mut rest).expect("closed by the node");
+    assert!(rest.is_empty(), "{rest:?}");
+    // Mode 1: the last ack names the last message.
+    let mut p = Zmtp2::connect(&n.writer, Zmtp2::DEALER, &identity("halfclose1", 1));
+    for id in 0..500u32 {
+        p.send(&[&id.to_be_bytes()]);
+    }
+    p.stream
+        .shutdown(std::net::Shutdown::Write)
+        .expect("half-close");
+    let mut last = Vec::new();
+    let mut rest = Vec::new();
+    p.stream.read_to_end(&mut rest).expect("closed by the node");
+    let mut at = 0;
+    while at < rest.len() {
+        let len = usize::from(rest[at + 1]);
+        last = rest[at + 2..at + 2 + len].to_vec();
+        at += 2 + len;
+    }
+    assert_eq!(last, 499u32.to_be_bytes());
+}

@@ -43,6 +43,11 @@ impl Credit {
         }
     }
 
+    /// Whether producer `routing_id` has messages unanswered.
+    pub(crate) fn owes(&self, routing_id: &[u8]) -> bool {
+        self.owed.contains_key(routing_id)
+    }
+
     /// Producer `routing_id` handed one message that will be answered.
     pub(crate) fn sent(&mut self, routing_id: &[u8], now: Instant) {
         self.total += 1;

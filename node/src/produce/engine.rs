@@ -49,6 +49,9 @@ pub(crate) const IDLE_EVICTION: Duration = Duration::from_secs(10);
 /// Reply bytes a connection may hold unsent before its input is no longer read: a producer
 /// that does not take its acks is held back rather than have them dropped.
 pub(crate) const OUTPUT_PAUSE: usize = 256 * 1024;
+/// How long a connection whose peer ended its side (a half-close after its last message)
+/// stays open for the replies still due to it.
+pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 /// Bytes read from one connection per wake before the others get their turn.
 const READ_BUDGET: usize = 16 * READ_CHUNK;
 
@@ -62,6 +65,9 @@ struct Client {
     producer: Option<Arc<Producer>>,
     /// When bytes last came in or replies went out.
     active: Instant,
+    /// Mode 1: the id of the newest message handed to the workers, until an ack naming it
+    /// comes back (then empty).
+    unacked_id: Vec<u8>,
 }
 
 pub(crate) struct EngineFront {
@@ -90,6 +96,9 @@ struct Clients {
     credit: Credit,
     /// Connections not read for now (see [`Clients::held`]); read again once they may.
     paused: HashSet<Token>,
+    /// Connections whose peer ended its side, kept open (since then) until their replies
+    /// are out ([`Clients::settled`]) or [`DRAIN_TIMEOUT`] passed.
+    draining: HashMap<Token, Instant>,
 }
 
 impl Clients {
@@ -102,6 +111,38 @@ impl Clients {
                     p.mode == AckMode::PerMessage && !self.credit.may_send(&c.routing_id)
                 })
         })
+    }
+
+    /// Whether `token`'s connection owes its peer nothing more: no reply bytes unsent, no
+    /// mode-2 message unanswered, no mode-1 message past the last ack.
+    fn settled(&self, token: Token) -> bool {
+        self.by_token.get(&token).is_none_or(|c| {
+            c.conn.unsent() == 0
+                && c.unacked_id.is_empty()
+                && !c.producer.as_ref().is_some_and(|p| {
+                    p.mode == AckMode::PerMessage && self.credit.owes(&c.routing_id)
+                })
+        })
+    }
+
+    /// The draining connections that may be closed now: settled, or draining for
+    /// [`DRAIN_TIMEOUT`].
+    fn drained(&mut self, now: Instant) -> Vec<Token> {
+        if self.draining.is_empty() {
+            return Vec::new();
+        }
+        let done: Vec<Token> = self
+            .draining
+            .iter()
+            .filter(|(t, since)| {
+                self.settled(**t) || now.saturating_duration_since(**since) >= DRAIN_TIMEOUT
+            })
+            .map(|(t, _)| *t)
+            .collect();
+        for t in &done {
+            self.draining.remove(t);
+        }
+        done
     }
 
     /// The paused connections that may be read again (taken out of the paused set).
@@ -200,6 +241,9 @@ impl EngineFront {
             // Held connections whose replies caught up: their bytes may already wait in the
             // socket, which an edge-triggered poll will not announce again.
             again.extend(clients.resumable());
+            for token in clients.drained(Instant::now()) {
+                self.close(&poll, &mut clients, token);
+            }
             self.counters
                 .writer_held
                 .store(clients.paused.len() as u64, Ordering::Relaxed);
@@ -268,6 +312,7 @@ impl EngineFront {
                     routing_id: Vec::new(),
                     producer: None,
                     active: Instant::now(),
+                    unacked_id: Vec::new(),
                 },
             );
             self.counters.connections[0].fetch_add(1, Ordering::Relaxed);
@@ -366,7 +411,13 @@ impl EngineFront {
             return false;
         }
         if fill.eof {
-            self.close(poll, clients, token);
+            // The peer sent its last message: it may still wait for the replies due to it
+            // (a producer that half-closes), so they go out before the connection closes.
+            if clients.settled(token) {
+                self.close(poll, clients, token);
+            } else {
+                clients.draining.entry(token).or_insert_with(Instant::now);
+            }
             return false;
         }
         fill.more
@@ -409,6 +460,11 @@ impl EngineFront {
                     Some(p) => {
                         if per_message {
                             credit.sent(&client.routing_id, now);
+                        } else if p.mode == AckMode::PerFlush {
+                            client.unacked_id.clear();
+                            client
+                                .unacked_id
+                                .extend_from_slice(&batches[p.worker].bytes[first_frame.clone()]);
                         }
                         let batch = &mut batches[p.worker];
                         batch.record_at(p, first_frame);
@@ -479,6 +535,7 @@ impl EngineFront {
             clients.by_id.remove(&client.routing_id);
         }
         clients.paused.remove(&token);
+        clients.draining.remove(&token);
         self.counters.connections[0].fetch_sub(1, Ordering::Relaxed);
     }
 
@@ -507,6 +564,9 @@ impl EngineFront {
                 .and_then(|t| clients.by_token.get_mut(&t))
                 .is_some_and(|c| {
                     c.active = now;
+                    if frames.get(1) == Some(&c.unacked_id) {
+                        c.unacked_id.clear();
+                    }
                     c.conn.send(&frames[1..])
                 });
             if sent {
