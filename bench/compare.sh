@@ -8,6 +8,8 @@
 # under two settings, e.g. the writer's engines (issue #17):
 #   CONF_A="writer.engine = libzmq" CONF_B="writer.engine = zmtp" bench/compare.sh Z Z
 set -euo pipefail
+# shellcheck source=lib/node-config.sh
+. "$(dirname "$0")/lib/node-config.sh"
 A=${1:?usage: bench/compare.sh BINARY_A BINARY_B}
 B=${2:?usage: bench/compare.sh BINARY_A BINARY_B}
 N=${N:-500000}
@@ -18,22 +20,9 @@ out=$(mktemp)
 run() { # label binary extra-config
   local label=$1 z=$2 extra=$3 dir pid
   dir=$(mktemp -d)
-  cat > "$dir/node.properties" <<CONF
-base_dir = $dir/data
-writer.bind = tcp://127.0.0.1:$((P + 55))
-reader.bind = tcp://127.0.0.1:$((P + 56))
-ack.bind = tcp://127.0.0.1:$((P + 57))
-controller.bind = tcp://127.0.0.1:$((P + 58))
-relay.bind = tcp://127.0.0.1:$((P + 59))
-replica.bind = tcp://127.0.0.1:$((P + 60))
-dolly.requests.bind = tcp://127.0.0.1:$((P + 66))
-dolly.updates.bind = tcp://127.0.0.1:$((P + 64))
-dolly.snapshots.bind = tcp://127.0.0.1:$((P + 65))
-http.bind = 127.0.0.1:$((P + 44))
-flush_messages = 1000
+  node_config "$dir" "$P" "flush_messages = 1000
 flush_interval = 1000
-$extra
-CONF
+$extra" > "$dir/node.properties"
   RUST_LOG=warn "$z" --config "$dir/node.properties" &
   pid=$!
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$((P + 44))/v1/status/ready" >/dev/null && break; sleep 0.2; done

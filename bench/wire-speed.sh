@@ -21,6 +21,8 @@
 # Env: N (3000000), SIZE (100), ROUNDS (5), CONF (extra node config lines), PORT_BASE (28000).
 # Needs: cc and zmq.h (Debian: libzmq3-dev).
 set -euo pipefail
+# shellcheck source=lib/node-config.sh
+. "$(dirname "$0")/lib/node-config.sh"
 Z=${1:?usage: bench/wire-speed.sh ZPER_BINARY}
 N=${N:-3000000}
 SIZE=${SIZE:-100}
@@ -45,22 +47,9 @@ cpu_of() { # pid -> CPU seconds (user + system) so far
 node() { # dir -> starts a node, sets NODE_PID
   local dir=$1
   mkdir -p "$dir"
-  cat > "$dir/node.properties" <<CONF
-base_dir = $dir/data
-writer.bind = tcp://127.0.0.1:$((P + 55))
-reader.bind = tcp://127.0.0.1:$((P + 56))
-ack.bind = tcp://127.0.0.1:$((P + 57))
-controller.bind = tcp://127.0.0.1:$((P + 58))
-relay.bind = tcp://127.0.0.1:$((P + 59))
-replica.bind = tcp://127.0.0.1:$((P + 60))
-dolly.requests.bind = tcp://127.0.0.1:$((P + 66))
-dolly.updates.bind = tcp://127.0.0.1:$((P + 64))
-dolly.snapshots.bind = tcp://127.0.0.1:$((P + 65))
-http.bind = 127.0.0.1:$((P + 44))
-flush_messages = 10000
+  node_config "$dir" "$P" "flush_messages = 10000
 flush_interval = 50
-${CONF:-}
-CONF
+${CONF:-}" > "$dir/node.properties"
   RUST_LOG=warn "$Z" --config "$dir/node.properties" &
   NODE_PID=$!
   for _ in $(seq 100); do
