@@ -15,11 +15,18 @@
 #   cpu        the node's CPU time (user + system, /proc) during produce1 per message; raw: the
 #              PULL process's own CPU per message.
 #
-# The original ZPER (Java, miniway/zper on JeroMQ 0.3) is not built here. To include it, start
-# it yourself and set ORIGINAL_WRITER=tcp://... ORIGINAL_READER=tcp://... ORIGINAL_PID=<pid>;
-# every round then runs the same steps against it (use a fresh data directory).
+# The original ZPER (Java, miniway/zper on JeroMQ 0.3.5) is built only when you provide it:
+#   ORIGINAL_SRC  a checkout of miniway/zper (its src/main/java is compiled with javac)
+#   ORIGINAL_CP   the classpath it needs: JeroMQ 0.3.5 (built from the v0.3.5 tag of
+#                 zeromq/jeromq; 0.3.6 lacks internals the original uses), commons-cli, log4j 1.2,
+#                 slf4j-api and slf4j-log4j12 (Debian: libcommons-cli-java liblog4j1.2-java
+#                 libslf4j-java)
+# It runs with its shipped server.properties except for the data directory, the ports
+# (PORT_BASE+80, +81) and the flush settings (the same as zper's), starts once, is warmed up
+# with N messages (the JIT) and serves every round with fresh topics. Its OFFSET -1 reports the
+# written end, not the flushed one (spec zper.md §5.4), so its produce times end earlier.
 # Env: N (3000000), SIZE (100), ROUNDS (5), CONF (extra node config lines), PORT_BASE (28000).
-# Needs: cc and zmq.h (Debian: libzmq3-dev).
+# Needs: cc and zmq.h (Debian: libzmq3-dev); for the original, a JDK.
 set -euo pipefail
 # shellcheck source=lib/node-config.sh
 . "$(dirname "$0")/lib/node-config.sh"
@@ -37,6 +44,35 @@ if ! cc -O2 -o "$work/zbench" "$here/wire/zbench.c" -lzmq 2>"$work/cc.log"; then
   exit 2
 fi
 zb=$work/zbench
+
+ORIGINAL_PID=
+original() { # builds and starts the original ZPER, sets ORIGINAL_WRITER, ORIGINAL_READER, ORIGINAL_PID
+  local o=$work/original
+  mkdir -p "$o/classes"
+  if ! javac -nowarn -d "$o/classes" -cp "${ORIGINAL_CP:?set ORIGINAL_CP with ORIGINAL_SRC}" \
+      $(find "$ORIGINAL_SRC/src/main/java" -name '*.java') 2>"$o/javac.log"; then
+    cat "$o/javac.log" >&2
+    echo "wire-speed: cannot build the original ZPER from $ORIGINAL_SRC (is JeroMQ 0.3.5 on ORIGINAL_CP?)" >&2
+    exit 2
+  fi
+  ORIGINAL_WRITER=tcp://127.0.0.1:$((P + 80)) ORIGINAL_READER=tcp://127.0.0.1:$((P + 81))
+  grep -vE '^(base_dir|flush_messages|flush_interval|writer.bind|reader.bind) ' \
+    "$ORIGINAL_SRC/conf/server.properties" > "$o/server.properties"
+  printf '%s\n' "base_dir = $o/data" "flush_messages = 10000" "flush_interval = 50" \
+    "writer.bind = $ORIGINAL_WRITER" "reader.bind = $ORIGINAL_READER" >> "$o/server.properties"
+  printf '%s\n' 'log4j.rootLogger=WARN,console' 'log4j.appender.console=org.apache.log4j.ConsoleAppender' \
+    'log4j.appender.console.layout=org.apache.log4j.SimpleLayout' > "$o/log4j.properties"
+  java -server -Xmx512M -Dlog4j.configuration="file:$o/log4j.properties" \
+    -cp "$o/classes:$ORIGINAL_CP" org.zper.ZPer "$o/server.properties" &
+  ORIGINAL_PID=$!
+  sleep 2
+  kill -0 "$ORIGINAL_PID" 2>/dev/null || { echo "wire-speed: the original ZPER exited" >&2; exit 1; }
+  timeout 300 "$zb" produce "$ORIGINAL_WRITER" "$ORIGINAL_READER" warmup "$N" "$SIZE" >/dev/null
+}
+if [ -n "${ORIGINAL_SRC:-}" ]; then
+  original
+  trap 'kill "$ORIGINAL_PID" 2>/dev/null; rm -rf "$work"' EXIT
+fi
 out=$work/results
 : > "$out"
 ticks=$(getconf CLK_TCK)
@@ -123,8 +159,8 @@ for round in $(seq "$ROUNDS"); do
     echo "zper-perf consume ${perf%.*} msg/s"
     kill "$NODE_PID"; wait "$NODE_PID" 2>/dev/null || true
     rm -rf "$dir"
-    if [ -n "${ORIGINAL_WRITER:-}" ]; then
-      broker original "$ORIGINAL_WRITER" "$ORIGINAL_READER" "${ORIGINAL_PID:?set ORIGINAL_PID too}"
+    if [ -n "$ORIGINAL_PID" ]; then
+      broker original "$ORIGINAL_WRITER" "$ORIGINAL_READER" "$ORIGINAL_PID"
       "$zb" produce "$ORIGINAL_WRITER" "$ORIGINAL_READER" cons$round "$N" "$SIZE" >/dev/null
       consume original "$ORIGINAL_READER" cons$round
     fi
@@ -135,18 +171,18 @@ median() { sort -n | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[
 pick() { grep " $1 $2 " "$out" | awk '{print $5}' | median; }
 echo
 echo "medians of $ROUNDS rounds, $N messages of $SIZE bytes:"
-[ -n "${ORIGINAL_WRITER:-}" ] || echo "the original ZPER was not available (set ORIGINAL_WRITER, ORIGINAL_READER, ORIGINAL_PID): compared against raw libzmq PUSH/PULL"
+[ -n "$ORIGINAL_PID" ] || echo "the original ZPER was not available (set ORIGINAL_SRC and ORIGINAL_CP): compared against raw libzmq PUSH/PULL"
 for step in produce1 produce4 cpu; do
   z=$(pick zper "$step"); b=$(pick raw "$step")
   awk -v s="$step" -v z="$z" -v b="$b" 'BEGIN { printf "%-9s zper %12s  raw libzmq %12s  zper/raw %.2f\n", s, z, b, z / b }'
-  if [ -n "${ORIGINAL_WRITER:-}" ]; then
+  if [ -n "$ORIGINAL_PID" ]; then
     o=$(pick original "$step")
     awk -v s="$step" -v z="$z" -v o="$o" 'BEGIN { printf "%-9s zper %12s  original   %12s  zper/original %.2f\n", s, z, o, z / o }'
   fi
 done
 z=$(pick zper consume); p=$(pick zper-perf consume)
 awk -v z="$z" -v p="$p" 'BEGIN { printf "consume   C client %12s msg/s  zper perf consume %12s msg/s  perf/C %.2f\n", z, p, p / z }'
-if [ -n "${ORIGINAL_WRITER:-}" ]; then
+if [ -n "$ORIGINAL_PID" ]; then
   o=$(pick original consume)
   awk -v z="$z" -v o="$o" 'BEGIN { printf "consume   zper %12s  original %12s  zper/original %.2f\n", z, o, z / o }'
 fi

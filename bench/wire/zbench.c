@@ -4,10 +4,11 @@
  *
  *   zbench produce ENDPOINT READER TOPIC COUNT SIZE [ID [TOTAL]]
  *       A DEALER with a mode-0 identity for TOPIC (uuid from ID) sends COUNT messages of SIZE
- *       bytes, then asks READER (OFFSET -1) until the flushed end covers COUNT messages more
- *       than at its start, or, with TOTAL, TOTAL messages from offset 0 (a fresh topic). Prints "produce <count> <seconds from the
- *       first send to the flushed end>". Several producers on one fresh topic each pass the
- *       sum as TOTAL; the slowest one's time is the run's.
+ *       bytes, then asks READER (OFFSET -1) until the end it reports covers COUNT messages
+ *       more than at its start, or, with TOTAL, TOTAL messages from offset 0 (a fresh topic).
+ *       Prints "produce <count> <seconds from the first send to that end>": zper's flushed end,
+ *       the original's written end (which favours the original). Several producers on one
+ *       fresh topic each pass the sum as TOTAL; the slowest one's time is the run's.
  *   zbench push ENDPOINT COUNT SIZE        A PUSH sends COUNT messages of SIZE bytes.
  *   zbench sink BIND COUNT                 A PULL receives COUNT messages; prints
  *       "sink <count> <seconds from the first to the last> <its CPU seconds, user + system>".
@@ -89,7 +90,8 @@ static void *reader(void *ctx, const char *endpoint, const char *topic, unsigned
     return s;
 }
 
-/* §5.4: OFFSET -1 -> [100][start of newest segment][flushed end]. */
+/* §5.4: OFFSET -1 -> [100][start of newest segment][end]: zper's flushed end, the original's
+ * written end (it has no flushed end to report, and flushes its tail only on a later append). */
 static uint64_t flushed_end(void *r) {
     unsigned char arg[8];
     be64(-1, arg);
@@ -204,6 +206,11 @@ static int consume(int argc, char **argv) {
         }
         const unsigned char *p = zmq_msg_data(&out[1]);
         size_t len = zmq_msg_size(&out[1]), i = 0;
+        if (len == 0) { /* the flushed end: the original's OFFSET -1 gives the written end */
+            zmq_msg_close(&out[0]);
+            zmq_msg_close(&out[1]);
+            break;
+        }
         while (i + 2 <= len) { /* §6.2: [flags][len:1|8][payload] */
             uint64_t body;
             size_t head;

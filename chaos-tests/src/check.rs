@@ -10,7 +10,7 @@ use zper_client::dolly::DollyReply;
 use zper_client::{ClientError, DollyClient, ReaderClient};
 
 use crate::cluster::{wait_until, Cluster};
-use crate::workload::{messages, Acked, DOLLY, READER, TOPIC};
+use crate::workload::{idempotent_messages, messages, Acked, DOLLY, READER, TOPIC};
 
 /// The outcome of [`check`].
 #[derive(Debug, Default)]
@@ -48,6 +48,13 @@ pub struct CheckReport {
     pub phantom_reads: usize,
     /// Up to 10 dirty reads: (id, offset read at, offset in the final log if any).
     pub dirty_sample: Vec<(u64, usize, Option<usize>)>,
+    /// The idempotent producer's acknowledged messages (issue #18).
+    pub idempotent_acked: usize,
+    /// ... missing on some node, or stored there with another payload.
+    pub idempotent_lost: usize,
+    /// (producer id, sequence) pairs stored more than once on some node, acknowledged or not:
+    /// an idempotent producer's retries must never store a message twice.
+    pub idempotent_duplicates: usize,
     /// Up to 20 lost ids, with the ack mode they were acknowledged in and the node index they
     /// were sent to (mode 1).
     pub lost_sample: Vec<(u64, u8, usize)>,
@@ -155,6 +162,24 @@ pub fn check(cluster: &Cluster, acked: &Acked) -> CheckReport {
         })
         .collect();
     r.duplicated = dup.len();
+    // Idempotent producer: every sequence at most once, every acknowledged one with its payload.
+    r.idempotent_acked = acked.idempotent.len();
+    let (mut idem_lost, mut idem_dup) = (BTreeSet::new(), BTreeSet::new());
+    for log in &logs {
+        let mut seen: BTreeMap<([u8; 16], u64), u64> = BTreeMap::new();
+        for (key, payload) in idempotent_messages(log) {
+            if seen.insert(key, payload).is_some() {
+                idem_dup.insert(key);
+            }
+        }
+        for (key, payload) in &acked.idempotent {
+            if seen.get(key) != Some(payload) {
+                idem_lost.insert(*key);
+            }
+        }
+    }
+    r.idempotent_lost = idem_lost.len();
+    r.idempotent_duplicates = idem_dup.len();
     // Dolly: every acknowledged Put readable on every node.
     let mut lost_puts = BTreeSet::new();
     for n in &cluster.nodes {

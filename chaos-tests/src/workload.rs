@@ -4,6 +4,8 @@
 //! - a mode-2 producer (REQ; one reply per durable message) and a mode-1 producer (DEALER;
 //!   acks carry the id of the newest durable message) writing 8-byte ids to one topic through
 //!   every node in turn, recording every acknowledged id;
+//! - an idempotent mode-2 producer (issue #18) sending through every node in turn, each
+//!   message sent again until durable, recording every acknowledged (sequence, payload);
 //! - a Dolly client putting one new key per request through every node in turn, recording
 //!   every success;
 //! - an admin client creating topics through every node in turn, recording every 201;
@@ -21,7 +23,10 @@ use std::time::{Duration, Instant};
 
 use zper_client::admin::CreateTopicRequest;
 use zper_client::dolly::DollyReply;
-use zper_client::{AckMode, AdminClient, DollyClient, Producer, ProducerOptions, ReaderClient};
+use zper_client::{
+    AckMode, AdminClient, DollyClient, IdempotentOptions, IdempotentProducer, Producer,
+    ProducerOptions, ReaderClient,
+};
 use zper_wire::{Identity, Records};
 
 use crate::cluster::Cluster;
@@ -40,6 +45,8 @@ pub struct Acked {
     pub messages: BTreeSet<u64>,
     /// Those acknowledged in mode 1, with the node index they were sent to.
     pub mode1: BTreeMap<u64, usize>,
+    /// The idempotent producer's acknowledged messages: (producer id, sequence) -> payload id.
+    pub idempotent: BTreeMap<([u8; 16], u64), u64>,
     /// Dolly Puts answered with a sequence: key -> value.
     pub puts: BTreeMap<Vec<u8>, Vec<u8>>,
     /// Topics whose creation was answered 201.
@@ -117,6 +124,12 @@ impl Workload {
             let (ips, stop, acked, ids) = (ips.clone(), stop.clone(), acked.clone(), ids.clone());
             workers.push(run(Box::new(move || {
                 mode1(&ips, &stop, &acked, &ids, deadline)
+            })));
+        }
+        {
+            let (ips, stop, acked, ids) = (ips.clone(), stop.clone(), acked.clone(), ids.clone());
+            workers.push(run(Box::new(move || {
+                idempotent(&ips, &stop, &acked, &ids, deadline)
             })));
         }
         {
@@ -217,6 +230,48 @@ fn mode2(
             }
             Err(_) => p = None,
         }
+    }
+}
+
+/// An idempotent mode-2 producer (issue #18): one identity for the whole run, a new
+/// connection (to the next node, with the nodes' current addresses) every 20 messages, each
+/// message sent again until durable or 10 s passed; payloads are unique ids.
+fn idempotent(
+    ips: &Mutex<Vec<String>>,
+    stop: &AtomicBool,
+    acked: &Mutex<Acked>,
+    ids: &AtomicU64,
+    deadline: Instant,
+) {
+    let ctx = zmq::Context::new();
+    let identity = identity(zper_wire::IDEMPOTENT_PER_MESSAGE, 3_000_000);
+    let mut next = 0u64;
+    let mut turn = 0u64;
+    while running(stop, deadline) {
+        turn += 1;
+        let writers: Vec<String> = (0..3)
+            .map(|k| format!("tcp://{}:{WRITER}", ip(ips, turn + k)))
+            .collect();
+        let mut opts = IdempotentOptions::new(TOPIC, AckMode::PerMessage);
+        opts.identity = Some(identity.clone());
+        opts.first_sequence = next;
+        opts.timeout = Duration::from_secs(1);
+        opts.deadline = Duration::from_secs(10);
+        let Ok(mut p) = IdempotentProducer::connect(&ctx, &writers, opts) else {
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        };
+        for _ in 0..20 {
+            if !running(stop, deadline) {
+                break;
+            }
+            let payload = ids.fetch_add(1, Ordering::Relaxed);
+            let sent = p.send(&[&payload.to_be_bytes()[..]]);
+            if let (Ok(id), Ok(mut a)) = (sent, acked.lock()) {
+                a.idempotent.insert((id.producer, id.sequence), payload);
+            }
+        }
+        next = p.next_id().sequence;
     }
 }
 
@@ -454,6 +509,26 @@ pub(crate) fn messages(log: &[u8]) -> Vec<(u64, usize)> {
                 out.push((id, start));
             }
             start = records.valid_bytes();
+        }
+    }
+    out
+}
+
+/// The idempotent messages of a log: ((producer id, sequence), payload id), in log order.
+pub(crate) fn idempotent_messages(log: &[u8]) -> Vec<(([u8; 16], u64), u64)> {
+    let mut out = Vec::new();
+    let mut frames: Vec<&[u8]> = Vec::new();
+    for r in Records::new(log) {
+        frames.push(r.payload);
+        if !r.more {
+            if let [id, payload] = frames[..] {
+                let id = zper_client::MessageId::from_bytes(id);
+                let payload = <[u8; 8]>::try_from(payload).ok().map(u64::from_be_bytes);
+                if let (Some(id), Some(payload)) = (id, payload) {
+                    out.push(((id.producer, id.sequence), payload));
+                }
+            }
+            frames.clear();
         }
     }
     out

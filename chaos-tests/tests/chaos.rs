@@ -103,6 +103,11 @@ fn scenario_with(
     );
     assert!(r.identical_logs, "{name}: the copies differ: {r:?}");
     assert_eq!(
+        (r.idempotent_lost, r.idempotent_duplicates),
+        (0, 0),
+        "{name}: idempotent producer's messages lost or stored twice: {r:?}"
+    );
+    assert_eq!(
         r.lost_puts, 0,
         "{name}: acknowledged Dolly Puts lost: {r:?}"
     );

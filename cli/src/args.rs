@@ -85,7 +85,7 @@ pub enum Command {
 mod tests {
     use std::collections::BTreeMap;
 
-    use clap::CommandFactory;
+    use clap::{CommandFactory, Parser};
 
     use super::Cli;
 
@@ -137,6 +137,12 @@ mod tests {
         for sub in cmd.get_subcommands() {
             shorts(sub, &format!("{path} {}", sub.get_name()), out);
         }
+    }
+
+    #[test]
+    fn a_topic_name_outside_the_rule_is_refused_by_clap() {
+        let e = Cli::try_parse_from(["zper", "consume", "-t", "my-topic"]).expect_err("an error");
+        assert!(e.to_string().contains("ASCII letters or digits"), "{e}");
     }
 
     #[test]

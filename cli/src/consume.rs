@@ -21,7 +21,7 @@ use crate::position::{self, From};
 #[derive(Debug, Args)]
 pub struct ConsumeArgs {
     /// Topic.
-    #[arg(long, short = 't')]
+    #[arg(long, short = 't', value_parser = crate::topic_name::topic_name)]
     pub topic: String,
     /// Reader endpoint (default: from --config, else tcp://127.0.0.1:5556).
     #[arg(long, short = 'r')]
@@ -38,6 +38,10 @@ pub struct ConsumeArgs {
     /// offset (a message boundary; with one fragment or --fragment).
     #[arg(long, default_value = "earliest", allow_hyphen_values = true)]
     pub from: From,
+    /// How to print each frame: `text` (UTF-8; invalid bytes as U+FFFD), `hex` or `base64`
+    /// (for binary payloads).
+    #[arg(long, value_enum, default_value_t)]
+    pub payload: crate::payload::Encoding,
     /// Keep polling for new messages at the end of every fragment.
     #[arg(long, short = 'f')]
     pub follow: bool,
@@ -152,7 +156,8 @@ enum Step {
     End,
 }
 
-/// Runs `zper consume`: one line per message, its frames (lossy UTF-8) joined by a tab.
+/// Runs `zper consume`: one line per message, its frames (lossy UTF-8, or `--payload hex` /
+/// `base64`) joined by a tab.
 pub fn run(args: ConsumeArgs, targets: &Endpoints) -> Result<()> {
     let ctx = zmq::Context::new();
     let reader = endpoint(args.reader.as_deref().unwrap_or(&targets.reader));
@@ -237,8 +242,7 @@ fn step(
             c.msg_start = c.offset;
         }
         c.offset += rec.stored_len() as u64;
-        c.frames
-            .push(String::from_utf8_lossy(rec.payload).into_owned());
+        c.frames.push(args.payload.encode(rec.payload));
         if !rec.more {
             if crate::output::json_output() {
                 // One object per message: {"fragment", "offset", "frames": [text...]}.

@@ -10,6 +10,7 @@ mod consume;
 mod dolly;
 mod duration;
 mod output;
+mod payload;
 mod perf;
 mod position;
 mod produce;
@@ -17,6 +18,7 @@ mod run;
 mod subscribe;
 mod table;
 mod targets;
+mod topic_name;
 mod topics;
 
 use std::io::Write;

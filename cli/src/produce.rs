@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
-use zper_client::{endpoint, AckMode, Endpoints, Producer, ProducerOptions};
+use zper_client::{
+    endpoint, AckMode, Endpoints, IdempotentOptions, IdempotentProducer, Producer, ProducerOptions,
+};
 
 use crate::duration::parse_duration;
 
@@ -14,7 +16,7 @@ use crate::duration::parse_duration;
 #[derive(Debug, Args)]
 pub struct ProduceArgs {
     /// Topic (1-64 ASCII letters or digits).
-    #[arg(long, short = 't')]
+    #[arg(long, short = 't', value_parser = crate::topic_name::topic_name)]
     pub topic: String,
     /// Writer endpoint (default: from --config, else tcp://127.0.0.1:5555).
     #[arg(long, short = 'w')]
@@ -26,12 +28,22 @@ pub struct ProduceArgs {
     /// of ms.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub timeout: Duration,
+    /// How to read each message: `text` (sent as its UTF-8 bytes), `hex` or `base64` (for
+    /// binary payloads).
+    #[arg(long, value_enum, default_value_t)]
+    pub payload: crate::payload::Encoding,
+    /// Idempotent producer (modes 1 and 2; docs/protocol.md): each message's id frame is
+    /// `[producer id:16][sequence:8]` instead of its index, it is sent again until durable
+    /// (moving to the next writer of a comma-separated -w after a failure), and the leader
+    /// stores it once however often it arrives.
+    #[arg(long)]
+    pub idempotent: bool,
     /// Messages to send; stdin lines when none are given.
     pub messages: Vec<String>,
 }
 
 /// Runs `zper produce`. Each message is two frames: its index as ASCII (the message id the acks
-/// echo) and the text.
+/// echo) and the payload (the text, or the bytes `--payload hex|base64` decodes).
 ///
 /// Errors: an unreachable writer, a refusal (naming the message), a missing ack.
 pub fn run(args: ProduceArgs, targets: &Endpoints) -> Result<()> {
@@ -40,15 +52,28 @@ pub fn run(args: ProduceArgs, targets: &Endpoints) -> Result<()> {
     } else {
         args.messages.clone()
     };
+    // Every message decoded before the first is sent: a bad line stores nothing.
+    let payloads = messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            args.payload
+                .decode(m)
+                .with_context(|| format!("message {i}"))
+        })
+        .collect::<Result<Vec<_>>>()?;
     let ctx = zmq::Context::new();
+    if args.idempotent {
+        return idempotent(&args, &ctx, targets, &payloads);
+    }
     let ep = endpoint(args.writer.as_deref().unwrap_or(&targets.writer));
     let opts =
         ProducerOptions::new(&args.topic, AckMode::from_byte(args.mode)).timeout(args.timeout);
     let producer = Producer::connect(&ctx, &[ep], &opts)?;
-    for (i, text) in messages.iter().enumerate() {
+    for (i, payload) in payloads.iter().enumerate() {
         let id = i.to_string();
         producer
-            .send(&[id.as_bytes(), text.as_bytes()])
+            .send(&[id.as_bytes(), payload])
             .with_context(|| format!("message {id}"))?;
     }
     let deadline = Instant::now() + args.timeout;
@@ -64,7 +89,38 @@ pub fn run(args: ProduceArgs, targets: &Endpoints) -> Result<()> {
         0 => "sent",
         _ => "durable",
     };
-    let n = messages.len() as u64;
+    report(&args, messages.len() as u64, how);
+    Ok(())
+}
+
+/// `--idempotent`: every payload through an [`IdempotentProducer`], then waits until all are
+/// durable.
+fn idempotent(
+    args: &ProduceArgs,
+    ctx: &zmq::Context,
+    targets: &Endpoints,
+    payloads: &[Vec<u8>],
+) -> Result<()> {
+    if args.mode == 0 {
+        bail!("--idempotent needs acks: add --mode 1 or --mode 2");
+    }
+    let writers = args.writer.as_deref().unwrap_or(&targets.writer);
+    let endpoints: Vec<String> = writers.split(',').map(endpoint).collect();
+    let mut opts = IdempotentOptions::new(&args.topic, AckMode::from_byte(args.mode));
+    opts.deadline = args.timeout;
+    let mut producer = IdempotentProducer::connect(ctx, &endpoints, opts)?;
+    for (i, payload) in payloads.iter().enumerate() {
+        producer
+            .send(&[payload])
+            .with_context(|| format!("message {i}"))?;
+    }
+    producer.flush().context("waiting for acks")?;
+    report(args, payloads.len() as u64, "durable");
+    Ok(())
+}
+
+/// The summary line (stderr), or a JSON object with --json.
+fn report(args: &ProduceArgs, n: u64, how: &str) {
     if crate::output::json_output() {
         crate::output::json_line(&serde_json::json!({
             "topic": args.topic, "messages": n, "mode": args.mode, "result": how,
@@ -76,5 +132,4 @@ pub fn run(args: ProduceArgs, targets: &Endpoints) -> Result<()> {
             args.topic
         );
     }
-    Ok(())
 }

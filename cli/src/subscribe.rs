@@ -18,7 +18,7 @@ use crate::duration::parse_duration_or_zero;
 #[derive(Debug, Args)]
 pub struct SubscribeArgs {
     /// Topic.
-    #[arg(long, short = 't')]
+    #[arg(long, short = 't', value_parser = crate::topic_name::topic_name)]
     pub topic: String,
     /// Subscription group: members share a `distribution` topic's fragments; every member of a
     /// `default` topic gets every fragment.

@@ -17,6 +17,7 @@ pub enum TopicsCommand {
     /// Create a topic.
     Create {
         /// Topic name (1-64 ASCII letters or digits).
+        #[arg(value_parser = crate::topic_name::topic_name)]
         name: String,
         /// Fragments (default 1).
         #[arg(long)]

@@ -5,6 +5,8 @@
 //! - [`Producer`]: writes messages in ack mode 0 (none), 1 (one ack per flush, DEALER) or 2 (one
 //!   reply per message, REQ) (`zper.md` §4); refusals come back as [`ClientError::Refused`]
 //!   with the typed [`Status`].
+//! - [`IdempotentProducer`]: modes 1 and 2 with every message stored once however often it
+//!   is sent again (issue #18), and [`idempotent::produced`] to ask what became of one.
 //! - [`ReaderClient`]: OFFSET and FETCH (`zper.md` §5), [`fetch_messages`] to read a range.
 //! - [`Subscriber`] and [`ResultsListener`]: subscription groups and results (`pirius.md`).
 //! - [`DollyClient`]: Dolly's Get and Put (`dolly.md` §6).
@@ -37,6 +39,7 @@ pub mod admin;
 pub mod dolly;
 pub mod endpoints;
 pub mod error;
+pub mod idempotent;
 pub mod producer;
 pub mod reader;
 pub mod results;
@@ -46,6 +49,7 @@ pub use admin::{AdminClient, AdminError};
 pub use dolly::{DollyClient, DollyReply};
 pub use endpoints::{connectable, endpoint, identity, random_uuid, Endpoints};
 pub use error::ClientError;
+pub use idempotent::{IdempotentOptions, IdempotentProducer, MessageId, Produced};
 pub use producer::{Producer, ProducerOptions};
 pub use reader::{fetch_messages, ReaderClient};
 pub use results::ResultsListener;

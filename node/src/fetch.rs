@@ -391,6 +391,9 @@ pub(crate) fn handle(
     };
     let span = debug_span!("reader", topic = %identity.topic, ?request);
     let _enter = span.enter();
+    if let ReaderRequest::Produced { message_id } = request {
+        return crate::produce::produced(store, view, &identity, &message_id);
+    }
     let key = fragment_key(view, &identity);
     let Some(topic) = store.topic(&key) else {
         return empty_topic(request);
@@ -413,6 +416,7 @@ pub(crate) fn handle(
         } => topic
             .offsets(timestamp, max_entries)
             .map(ReaderReply::Offsets),
+        ReaderRequest::Produced { .. } => Ok(ReaderReply::Status(Status::InvalidCommand)),
     };
     result.unwrap_or_else(|e| match e {
         StoreError::InvalidOffset { .. } => ReaderReply::Status(Status::InvalidOffset),

@@ -54,6 +54,10 @@ pub struct Counters {
     pub not_enough_replicas: AtomicU64,
     /// Writer messages forwarded to the topic's leader on another node.
     pub forwarded: AtomicU64,
+    /// Idempotent producers' messages stored before and answered without storing (issue #18).
+    pub idempotent_duplicates: AtomicU64,
+    /// Idempotent producers' messages refused with 106: not the next of their sequence.
+    pub out_of_sequence: AtomicU64,
     /// Writer connections closed for a protocol error (a malformed handshake or frame, a
     /// refused socket type or mechanism, a handshake past its timeout; issue #17).
     pub zmtp_protocol_errors: AtomicU64,
@@ -175,6 +179,8 @@ impl Default for Counters {
             not_leader: AtomicU64::new(0),
             not_enough_replicas: AtomicU64::new(0),
             forwarded: AtomicU64::new(0),
+            idempotent_duplicates: AtomicU64::new(0),
+            out_of_sequence: AtomicU64::new(0),
             zmtp_protocol_errors: AtomicU64::new(0),
             zmtp_refused_connections: AtomicU64::new(0),
             zmtp_idle_closed: AtomicU64::new(0),
@@ -331,6 +337,7 @@ pub struct CountersCollector {
     flush_notices: IntCounter,
     flushes: IntCounter,
     forwarded: IntCounter,
+    duplicates: IntCounter,
     rejected: IntCounterVec,
     topic_messages_written: IntCounterVec,
     topic_bytes_written: IntCounterVec,
@@ -387,6 +394,10 @@ impl CountersCollector {
             forwarded: c(
                 "zper_forwarded_total",
                 "Writer messages forwarded to the topic's leader on another node.",
+            )?,
+            duplicates: c(
+                "zper_idempotent_duplicates_total",
+                "Idempotent producers' messages already stored, acknowledged without storing.",
             )?,
             rejected: IntCounterVec::new(
                 Opts::new(
@@ -455,7 +466,7 @@ impl CountersCollector {
         ]
     }
 
-    fn singles(&self) -> [&IntCounter; 8] {
+    fn singles(&self) -> [&IntCounter; 9] {
         [
             &self.messages,
             &self.bytes,
@@ -465,6 +476,7 @@ impl CountersCollector {
             &self.flush_notices,
             &self.flushes,
             &self.forwarded,
+            &self.duplicates,
         ]
     }
 }
@@ -497,6 +509,7 @@ impl Collector for CountersCollector {
         catch_up(&self.flush_notices, Counters::get(&k.flush_notices));
         catch_up(&self.flushes, Counters::get(&k.flushes));
         catch_up(&self.forwarded, Counters::get(&k.forwarded));
+        catch_up(&self.duplicates, Counters::get(&k.idempotent_duplicates));
         for (topic, t) in k.topic_snapshot() {
             for (vec, value) in [
                 (&self.topic_messages_written, &t.messages_written),
@@ -544,6 +557,7 @@ impl Collector for CountersCollector {
             ("protocol_error", &k.zmtp_protocol_errors),
             ("connection_refused", &k.zmtp_refused_connections),
             ("idle_closed", &k.zmtp_idle_closed),
+            ("out_of_sequence", &k.out_of_sequence),
         ] {
             catch_up(
                 &self.rejected.with_label_values(&[reason]),

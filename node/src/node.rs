@@ -95,7 +95,12 @@ impl Node {
     /// be bound; Raft can't start; a thread can't be started.
     pub fn start(config: &NodeConfig) -> Result<Node, NodeError> {
         for key in &config.unknown_keys {
-            warn!(key = %key, "unknown config key ignored");
+            match crate::config::keys::suggest(key) {
+                Some(like) => warn!(key = %key, "unknown config key ignored; did you mean {like}?"),
+                None => {
+                    warn!(key = %key, "unknown config key ignored (the README's Configuration table lists the keys)")
+                }
+            }
         }
         for (key, why) in &config.no_effect_keys {
             warn!(key = %key, "config key has no effect in zper: {why}");

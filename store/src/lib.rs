@@ -19,6 +19,7 @@ mod replica;
 mod scan;
 pub mod segment;
 mod store;
+mod tail;
 mod topic;
 mod writing;
 
@@ -30,4 +31,5 @@ pub use reading::{Fetched, RawMessages};
 pub use recovery::CHECKSUMS_FROM_FILE;
 pub use replica::ReplicaChunk;
 pub use store::{log_key, Store, StoreConfig, LOCK_FILE};
+pub use tail::TailMessage;
 pub use topic::{Damage, FlushOutcome, TopicLog};

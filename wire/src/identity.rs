@@ -63,11 +63,13 @@ pub enum AckMode {
 }
 
 impl AckMode {
-    /// Maps the raw mode byte; total.
+    /// Maps the raw mode byte; total. The idempotent modes map to their ack modes:
+    /// [`IDEMPOTENT_PER_FLUSH`] to per flush, [`IDEMPOTENT_PER_MESSAGE`] to per message.
     pub fn from_byte(b: u8) -> Self {
         match b as i8 {
             i8::MIN..=0 => AckMode::None,
             2 => AckMode::PerMessage,
+            _ if b == IDEMPOTENT_PER_MESSAGE => AckMode::PerMessage,
             _ => AckMode::PerFlush,
         }
     }
@@ -85,6 +87,18 @@ impl AckMode {
     pub fn wants_ack(self) -> bool {
         self != AckMode::None
     }
+}
+
+/// Mode byte 0x41: an idempotent producer with mode-1 acks (issue #18). The original treats
+/// it as mode 1 (any of 3-127), so such a client still works against it, without
+/// de-duplication. Every message id is `[producer id:16][sequence:8]` (docs/protocol.md).
+pub const IDEMPOTENT_PER_FLUSH: u8 = 0x41;
+/// Mode byte 0x42: an idempotent producer with mode-2 replies (issue #18); REQ sockets.
+pub const IDEMPOTENT_PER_MESSAGE: u8 = 0x42;
+
+/// True for the idempotent mode bytes ([`IDEMPOTENT_PER_FLUSH`], [`IDEMPOTENT_PER_MESSAGE`]).
+pub fn is_idempotent(mode: u8) -> bool {
+    mode == IDEMPOTENT_PER_FLUSH || mode == IDEMPOTENT_PER_MESSAGE
 }
 
 /// A parsed ZPER client identity (§3).

@@ -18,7 +18,10 @@ pub mod replication;
 pub mod status;
 pub mod zmtp;
 
-pub use identity::{topic_hash, AckMode, Identity, IdentityError, MAX_TOPIC_LEN};
+pub use identity::{
+    is_idempotent, topic_hash, AckMode, Identity, IdentityError, IDEMPOTENT_PER_FLUSH,
+    IDEMPOTENT_PER_MESSAGE, MAX_TOPIC_LEN,
+};
 
 /// Status frame a cluster node appends to a writer reply instead of acknowledging (issue #4):
 /// the topic's fragment has fewer in-sync replicas than `min_insync`, so the message was not
@@ -40,6 +43,10 @@ pub const WRITER_UNAVAILABLE: u8 = Status::Unavailable as u8;
 /// node. Same frame layout as [`WRITER_NOT_ENOUGH_REPLICAS`]; the byte is the reader's
 /// `INTERNAL_ERROR` (0xFF, "the store failed").
 pub const WRITER_STORE_FAILED: u8 = Status::InternalError as u8;
+
+/// Status frame of a writer reply to an idempotent producer whose message is not the next of
+/// its sequence (issue #18): `[message id][106][next sequence:8]`; nothing was stored.
+pub const WRITER_OUT_OF_SEQUENCE: u8 = Status::OutOfSequence as u8;
 pub use identity::{topic_of, validate_topic};
 pub use reader::{ReaderReply, ReaderRequest, RequestError, Timestamp};
 pub use record::{

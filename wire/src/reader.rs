@@ -11,6 +11,11 @@ use thiserror::Error;
 pub const FETCH: &[u8] = b"FETCH";
 /// Command word of an OFFSET request.
 pub const OFFSET: &[u8] = b"OFFSET";
+/// Command word of a PRODUCED request (zper's, issue #18): what became of an idempotent
+/// producer's message.
+pub const PRODUCED: &[u8] = b"PRODUCED";
+/// Bytes of an idempotent message id: `[producer id:16][sequence:8]` (issue #18).
+pub const IDEMPOTENT_ID_LEN: usize = 24;
 
 pub use crate::status::Status;
 
@@ -74,6 +79,11 @@ pub enum RequestError {
         /// Bytes needed.
         need: usize,
     },
+    /// A PRODUCED message id that is not `[producer id:16][sequence:8]`.
+    #[error(
+        "message id is {0} bytes, an idempotent message id is 24 (producer id:16, sequence:8)"
+    )]
+    MessageIdLength(usize),
     /// max_bytes below -1 (-1 selects stream fetch).
     #[error("max_bytes {0} is negative")]
     NegativeMaxBytes(i64),
@@ -103,6 +113,15 @@ pub enum ReaderRequest {
         timestamp: Timestamp,
         /// Most segment starts returned for a time lookup.
         max_entries: Option<i32>,
+    },
+    /// PRODUCED message_id:24 (zper's, issue #18): whether an idempotent producer's message
+    /// is in the fragment a writer with this reader identity's UUID writes to. Asked of the
+    /// fragment's leader: `[100][start:8][end:8]` stored and durable, `[101]` not stored,
+    /// `[105]` stored but not durable yet (ask again), `[104]` this node does not lead the
+    /// fragment, `[106]` too old to tell.
+    Produced {
+        /// `[producer id:16][sequence:8]`, as the message's first frame.
+        message_id: [u8; IDEMPOTENT_ID_LEN],
     },
 }
 
@@ -185,6 +204,20 @@ impl ReaderRequest {
                     max_entries,
                 })
             }
+            PRODUCED => {
+                if args.len() != 1 {
+                    return Err(RequestError::ArgumentCount {
+                        command: "PRODUCED",
+                        expected: "1",
+                        got: args.len(),
+                    });
+                }
+                let id = args[0].as_ref();
+                let message_id = id
+                    .try_into()
+                    .map_err(|_| RequestError::MessageIdLength(id.len()))?;
+                Ok(ReaderRequest::Produced { message_id })
+            }
             other => Err(RequestError::UnknownCommand(
                 String::from_utf8_lossy(other).into_owned(),
             )),
@@ -213,6 +246,9 @@ impl ReaderRequest {
                     f.push(e.to_be_bytes().to_vec());
                 }
                 f
+            }
+            ReaderRequest::Produced { message_id } => {
+                vec![PRODUCED.to_vec(), message_id.to_vec()]
             }
         }
     }
@@ -276,7 +312,7 @@ impl ReaderReply {
                     payloads: payloads.iter().map(|p| p.as_ref().to_vec()).collect(),
                 })
             }
-            ReaderRequest::Offset { .. } => rest
+            ReaderRequest::Offset { .. } | ReaderRequest::Produced { .. } => rest
                 .iter()
                 .map(|f| be(f.as_ref()))
                 .collect::<Option<Vec<_>>>()
@@ -289,6 +325,30 @@ impl ReaderReply {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn produced_takes_one_24_byte_message_id_and_answers_two_offsets() {
+        let id = [7u8; IDEMPOTENT_ID_LEN];
+        let req = ReaderRequest::Produced { message_id: id };
+        assert_eq!(ReaderRequest::decode(&req.encode()), Ok(req));
+        assert_eq!(
+            ReaderRequest::decode(&[PRODUCED, &id[..23]]),
+            Err(RequestError::MessageIdLength(23))
+        );
+        assert!(matches!(
+            ReaderRequest::decode(&[PRODUCED]),
+            Err(RequestError::ArgumentCount { .. })
+        ));
+        let frames = ReaderReply::Offsets(vec![10, 34]).into_frames();
+        assert_eq!(
+            ReaderReply::decode(&req, &frames),
+            Some(ReaderReply::Offsets(vec![10, 34]))
+        );
+        assert_eq!(
+            ReaderReply::decode(&req, &[vec![106]]),
+            Some(ReaderReply::Status(Status::OutOfSequence))
+        );
+    }
 
     #[test]
     fn status_replies_decode_through_the_one_status_table_spec_5_2() {

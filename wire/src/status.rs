@@ -21,19 +21,26 @@ pub enum Status {
     /// 105: a new topic could not be created through the cluster metadata (no quorum, no live
     /// node); the message was not stored, retry later (writer, issue #4).
     Unavailable = 105,
+    /// 106: an idempotent producer's message is not the next in its sequence (a gap: an
+    /// earlier message was lost or refused, or it is older than the de-duplication window);
+    /// nothing was stored. The writer's refusal carries the expected sequence as a third
+    /// frame, `[id][106][next sequence:8]`; the reader's `PRODUCED` answers 106 alone when
+    /// the message is outside the window (issue #18).
+    OutOfSequence = 106,
     /// 0xFF (-1): the store failed (reader: a read failed and the connection stays usable;
     /// writer: the disk is full or failing and nothing was stored, issue #13).
     InternalError = 0xFF,
 }
 
 /// Every status, in byte order.
-pub const ALL: [Status; 7] = [
+pub const ALL: [Status; 8] = [
     Status::Ok,
     Status::InvalidOffset,
     Status::InvalidCommand,
     Status::NotEnoughReplicas,
     Status::NotLeader,
     Status::Unavailable,
+    Status::OutOfSequence,
     Status::InternalError,
 ];
 
@@ -74,6 +81,11 @@ impl Status {
                  live node, or auto_create_topics = false); the message was not stored, retry \
                  later"
             }
+            Status::OutOfSequence => {
+                "not the next message of this idempotent producer (an earlier one was lost or \
+                 refused, or it is outside the de-duplication window); it was not stored, \
+                 send from the expected sequence"
+            }
             Status::InternalError => "the node's store failed; nothing was stored or served",
         }
     }
@@ -92,7 +104,8 @@ mod tests {
     #[test]
     fn the_bytes_are_zpers_and_the_cluster_additions() {
         let bytes: Vec<u8> = ALL.iter().map(|s| s.byte()).collect();
-        assert_eq!(bytes, [100, 101, 102, 103, 104, 105, 0xFF]);
+        assert_eq!(bytes, [100, 101, 102, 103, 104, 105, 106, 0xFF]);
+        assert_eq!(crate::WRITER_OUT_OF_SEQUENCE, 106);
         assert_eq!(crate::WRITER_NOT_ENOUGH_REPLICAS, 103);
         assert_eq!(crate::WRITER_NOT_LEADER, 104);
         assert_eq!(crate::WRITER_UNAVAILABLE, 105);

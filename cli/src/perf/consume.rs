@@ -12,7 +12,7 @@ use super::report::{interrupted, progress, summary};
 #[derive(Debug, Args)]
 pub struct ConsumeArgs {
     /// Topic.
-    #[arg(long, short = 't')]
+    #[arg(long, short = 't', value_parser = crate::topic_name::topic_name)]
     pub topic: String,
     /// Reader endpoint (default: from --config, else 127.0.0.1:5556).
     #[arg(long = "readerinfo", visible_alias = "reader", short = 'r')]

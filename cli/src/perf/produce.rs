@@ -6,7 +6,9 @@ use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use zper_client::{endpoint, AckMode, Endpoints, Producer, ProducerOptions};
+use zper_client::{
+    endpoint, AckMode, Endpoints, IdempotentOptions, IdempotentProducer, Producer, ProducerOptions,
+};
 
 use super::report::{header, interrupted, progress, seq_of, summary, Latencies};
 
@@ -14,7 +16,7 @@ use super::report::{header, interrupted, progress, seq_of, summary, Latencies};
 #[derive(Debug, Args)]
 pub struct ProduceArgs {
     /// Topic.
-    #[arg(long, short = 't')]
+    #[arg(long, short = 't', value_parser = crate::topic_name::topic_name)]
     pub topic: String,
     /// Writer endpoints, comma-separated (`host:port` or `tcp://host:port`; default: from
     /// --config, else 127.0.0.1:5555).
@@ -38,6 +40,11 @@ pub struct ProduceArgs {
     /// Give up waiting for an ack after this long: `30s`, `500ms`, or a number of ms.
     #[arg(long, default_value = "30s", value_parser = crate::duration::parse_duration)]
     pub timeout: std::time::Duration,
+    /// Idempotent producers (modes 1 and 2; docs/protocol.md): each message id is
+    /// `[producer id][sequence]` and the leader stores each once (mode 1 keeps at most 4,096
+    /// in flight, whatever --window says).
+    #[arg(long)]
+    pub idempotent: bool,
 }
 
 /// Runs `zper perf produce`: `--threads` producers (one connection each, one shared zmq
@@ -47,6 +54,9 @@ pub struct ProduceArgs {
 pub fn run(a: ProduceArgs, targets: &Endpoints) -> Result<()> {
     if a.threads == 0 || a.messages < a.threads {
         bail!("--threads must be between 1 and --messages");
+    }
+    if a.idempotent && a.mode == 0 {
+        bail!("--idempotent needs acks: add --mode 1 or --mode 2");
     }
     let writer = a.writer.clone().unwrap_or_else(|| targets.writer.clone());
     let endpoints: Vec<String> = writer.split(',').map(endpoint).collect();
@@ -65,7 +75,11 @@ pub fn run(a: ProduceArgs, targets: &Endpoints) -> Result<()> {
         let (eps, opts, pb, ctx) = (endpoints.clone(), opts.clone(), pb.clone(), shared.clone());
         let per_thread = base + u64::from(i < extra);
         let (size, window) = (a.size, a.window);
+        let idempotent = a.idempotent;
         handles.push(std::thread::spawn(move || -> Result<(u64, Latencies)> {
+            if idempotent {
+                return idempotent_sender(&ctx, &eps, &opts, per_thread, size, &pb);
+            }
             let producer = Producer::connect(&ctx, &eps, &opts)?;
             let payload = vec![b'x'; size];
             // An error after Ctrl-C (EINTR) ends the run with what was counted.
@@ -126,6 +140,7 @@ pub fn run(a: ProduceArgs, targets: &Endpoints) -> Result<()> {
     let bytes = total as f64 * (a.size + 5) as f64;
     let mut fields = vec![
         ("mode", a.mode.to_string()),
+        ("idempotent", a.idempotent.to_string()),
         ("messages", total.to_string()),
         ("size", a.size.to_string()),
         ("threads", a.threads.to_string()),
@@ -186,4 +201,36 @@ fn pipelined(
         }
     }
     Ok(acked)
+}
+
+/// One `--idempotent` sender: `count` messages through an [`IdempotentProducer`]; mode 2
+/// records each message's latency, mode 1 waits for every ack at the end.
+fn idempotent_sender(
+    ctx: &zmq::Context,
+    endpoints: &[String],
+    opts: &ProducerOptions,
+    count: u64,
+    size: usize,
+    pb: &indicatif::ProgressBar,
+) -> Result<(u64, Latencies)> {
+    let mut o = IdempotentOptions::new(&opts.topic, opts.mode);
+    o.deadline = opts.timeout;
+    let mut producer = IdempotentProducer::connect(ctx, endpoints, o)?;
+    let payload = vec![b'x'; size];
+    let mut lat = Latencies::new();
+    let mut done = 0u64;
+    while done < count && !interrupted() {
+        let t0 = Instant::now();
+        producer.send(&[&payload[..]])?;
+        if opts.mode == AckMode::PerMessage {
+            lat.record(t0.elapsed());
+            pb.inc(1);
+        }
+        done += 1;
+    }
+    if opts.mode == AckMode::PerFlush {
+        producer.flush()?;
+        pb.inc(done);
+    }
+    Ok((done, lat))
 }

@@ -22,7 +22,7 @@ use super::report::{interrupted, summary};
 #[derive(Debug, Args)]
 pub struct SubscribePerfArgs {
     /// Topic (already written, at least N messages).
-    #[arg(long, short = 't')]
+    #[arg(long, short = 't', value_parser = crate::topic_name::topic_name)]
     pub topic: String,
     /// Controller endpoints for push mode, comma-separated (default: from --config, else
     /// 127.0.0.1:5558).

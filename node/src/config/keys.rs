@@ -68,6 +68,9 @@ pub const KEYS: &[ConfigKey] = &[
     key("subscription.lease_ms", "10000", "ms or a duration (`2s`), >= 100 ms", "a subscriber that sends no `KEEPALIVE` for this long leaves its group"),
     key("min_insync", "", ">= 1", "fewest in-sync replicas (leader included) for a write that waits for an ack; below it such writes get status 103 (docs/protocol.md) and are not stored; default 2 with 3+ replicas, else 1"),
     key("auto_create_topics", "true", "true or false", "whether a write to a topic that does not exist creates it with the defaults; `false`: such writes are refused with status 105 (mode 1 and 2 get it) until `zper topics create` made the topic"),
+    key("idempotence.window_messages", "4096", ">= 1", "idempotent producers (mode 0x41/0x42, docs/protocol.md): the newest messages of each producer a fragment leader remembers, so their retries are stored once"),
+    key("idempotence.window", "120000", "ms or a duration (`2m`), >= 1 ms", "... and for how long"),
+    key("idempotence.max_producers", "1024", ">= 1", "... and how many producers per fragment (the one unused the longest is forgotten)"),
     key("acks", "all", "all or leader", "`all`: an ack means durable on every in-sync replica; `leader`: durable on the leader (the single-node behaviour; readers still stop at the high-water mark)"),
     key("node.id", "1", ">= 1", "this node's id in the Raft group"),
     key("node.name", "", "text", "human name; default `node<id>`"),
@@ -134,6 +137,16 @@ pub fn is_known(name: &str) -> bool {
     name.starts_with("controller.quorum.")
         || KEYS.iter().any(|k| k.name == name)
         || no_effect(name).is_some()
+}
+
+/// The known key most like `name` (Jaro-Winkler similarity at least 0.85, as clap suggests
+/// flags), for "did you mean" after an unknown key; None when nothing is close.
+pub fn suggest(name: &str) -> Option<&'static str> {
+    KEYS.iter()
+        .map(|k| (strsim::jaro_winkler(name, k.name), k.name))
+        .filter(|(score, _)| *score >= 0.85)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, key)| key)
 }
 
 /// The key table as Markdown (README.md "Configuration" between the `config-keys` markers).

@@ -213,6 +213,14 @@ pub struct NodeConfig {
     pub send_buffer: i32,
     /// How often retention runs.
     pub retention_check: Duration,
+    /// Idempotent producers (issue #18): messages remembered per producer
+    /// (`idempotence.window_messages`), for how long (`idempotence.window`), and how many
+    /// producers per fragment (`idempotence.max_producers`).
+    pub idempotence_window_messages: usize,
+    /// See [`NodeConfig::idempotence_window_messages`].
+    pub idempotence_window: Duration,
+    /// See [`NodeConfig::idempotence_window_messages`].
+    pub idempotence_max_producers: usize,
     /// Cluster (Raft metadata group) settings.
     pub cluster: ClusterSettings,
     /// Keys that were present but are unknown (reported as warnings).
@@ -301,6 +309,9 @@ impl Default for NodeConfig {
             receive_buffer: 1_048_576,
             send_buffer: 1_048_576,
             retention_check: Duration::from_secs(60),
+            idempotence_window_messages: 4096,
+            idempotence_window: Duration::from_secs(120),
+            idempotence_max_producers: 1024,
             cluster: ClusterSettings::default(),
             unknown_keys: Vec::new(),
             no_effect_keys: Vec::new(),
@@ -381,6 +392,10 @@ impl NodeConfig {
             Some(other) => return Err(bad("writer.engine", other, "zmtp or libzmq")),
         };
         c.reader_workers = capped(map, "reader.workers", 5, MAX_WORKERS)? as usize;
+        c.idempotence_window_messages = num(map, "idempotence.window_messages", 4096, 1)? as usize;
+        c.idempotence_window =
+            Duration::from_millis(millis(map, "idempotence.window", 120_000, 1)?);
+        c.idempotence_max_producers = num(map, "idempotence.max_producers", 1024, 1)? as usize;
         c.cluster = cluster_settings(map)?;
         // peers.json (Dolly's own config, `dolly.md` §2) gives this node's Dolly ports; the
         // dolly.*.bind keys, when present, win.

@@ -124,6 +124,9 @@ fn unknown_keys_are_listed_and_seed_keys_are_not() {
     )
     .expect("parses");
     assert_eq!(c.unknown_keys, vec!["flush_mesages".to_owned()]);
+    assert_eq!(keys::suggest("flush_mesages"), Some("flush_messages"));
+    assert_eq!(keys::suggest("writer.engin"), Some("writer.engine"));
+    assert_eq!(keys::suggest("zzz"), None);
     let warned: Vec<&str> = c.no_effect_keys.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(warned, ["retention_hours", "writer.replica.1"]);
     assert!(

@@ -96,6 +96,20 @@ impl AckBook {
         );
     }
 
+    /// Mode 1, a duplicate of an idempotent producer (issue #18): waits for `message_id`
+    /// ending at `end` unless the connection already waits for a message ending later (whose
+    /// ack covers this one: an idempotent producer's messages are stored in sequence order).
+    pub(crate) fn wait_per_flush_at_least(
+        &mut self,
+        routing_id: &[u8],
+        end: u64,
+        message_id: &[u8],
+    ) {
+        if self.per_flush.get(routing_id).is_none_or(|w| w.end <= end) {
+            self.wait_per_flush(routing_id, end, message_id);
+        }
+    }
+
     /// Mode 2: `message_id` of `routing_id` ending at `end` waits for its own reply.
     pub(crate) fn wait_per_message(&mut self, routing_id: &[u8], end: u64, message_id: &[u8]) {
         self.per_message.push((

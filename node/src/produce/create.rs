@@ -284,6 +284,7 @@ mod tests {
             routing_id: vec![id],
             topic: Arc::from(topic),
             mode: AckMode::PerMessage,
+            idempotent: false,
             worker: 0,
         })
     }

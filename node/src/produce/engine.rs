@@ -28,7 +28,7 @@ use zper_wire::zmtp::command::encode_pong;
 use zper_wire::zmtp::{Command, Dropped, Event, Handshake, Limits, Null, SocketType};
 
 use super::credit::Credit;
-use super::front::dropped;
+use super::front::{dropped, invalid_identity};
 use super::{Producer, Producers, WriteBatch, BATCH_BYTES};
 use crate::endpoint::POLL_MS;
 use crate::metrics::Counters;
@@ -474,11 +474,7 @@ impl EngineFront {
                     }
                     None => {
                         scratch.truncate(mark);
-                        dropped(
-                            &self.counters.invalid_identity,
-                            "invalid producer identity",
-                            &client.routing_id,
-                        );
+                        invalid_identity(&self.counters.invalid_identity, &client.routing_id);
                     }
                 },
                 Some(Event::Dropped(why)) => {

@@ -28,6 +28,8 @@ pub struct ForwardJob {
     pub routing_id: Vec<u8>,
     /// Its ack mode.
     pub mode: AckMode,
+    /// An idempotent producer (issue #18): forwarded as one, so the leader de-duplicates.
+    pub idempotent: bool,
     /// Each message's frames (the first is its id).
     pub messages: Vec<Vec<Vec<u8>>>,
 }
@@ -132,7 +134,12 @@ impl Forwarder {
         let acked = job.mode != AckMode::None;
         let key: Key = (frag.leader, job.routing_id.clone());
         if !links.contains_key(&key) {
-            match self.connect(&job.routing_id, acked, &endpoint) {
+            let mode = match (job.idempotent, acked) {
+                (true, _) => zper_wire::IDEMPOTENT_PER_MESSAGE,
+                (false, true) => 2,
+                (false, false) => 0,
+            };
+            match self.connect(&job.routing_id, mode, &endpoint) {
                 Ok(socket) => {
                     links.insert(
                         key.clone(),
@@ -183,13 +190,9 @@ impl Forwarder {
     /// A DEALER to the leader's writer with an identity of its own (the producer may also be
     /// connected to the leader directly; two connections with one identity would take each
     /// other's place there) whose uuid maps to the same fragment as the producer's, with mode
-    /// 2 when acks are wanted (the leader then answers each message) or 0.
-    fn connect(
-        &self,
-        routing_id: &[u8],
-        acked: bool,
-        endpoint: &str,
-    ) -> Result<zmq::Socket, String> {
+    /// byte `mode`: 2 when acks are wanted (the leader then answers each message), 0x42 for
+    /// an idempotent producer (answered per message, de-duplicated by its ids), else 0.
+    fn connect(&self, routing_id: &[u8], mode: u8, endpoint: &str) -> Result<zmq::Socket, String> {
         let producer = Identity::parse(routing_id).map_err(|e| e.to_string())?;
         let fragments = self.view.fragment_count(&producer.topic);
         let wanted = crate::replication::fragment_for(&producer.uuid, fragments);
@@ -203,7 +206,7 @@ impl Forwarder {
                 break;
             }
         }
-        let identity = Identity::new(&producer.topic, if acked { 2 } else { 0 }, &uuid)
+        let identity = Identity::new(&producer.topic, mode, &uuid)
             .map_err(|e| e.to_string())?
             .to_bytes();
         let s = self.ctx.socket(zmq::DEALER).map_err(|e| e.to_string())?;

@@ -97,11 +97,7 @@ impl Front {
         self.router.recv(frame, zmq::DONTWAIT)?;
         let producer = self.producers.get(frame, self.senders.len());
         let Some(producer) = producer else {
-            dropped(
-                &self.counters.invalid_identity,
-                "invalid producer identity",
-                frame,
-            );
+            invalid_identity(&self.counters.invalid_identity, frame);
             self.skip_rest(frame)?;
             return Ok(None);
         };
@@ -163,10 +159,32 @@ impl Front {
 }
 
 /// Counts a dropped message and logs it, sampled (the 1st, 2nd, 4th, 8th, ... of each kind) so a
-/// flood of bad input cannot flood the log.
+/// flood of bad input cannot flood the log. The identity is logged as escaped ASCII
+/// (`\x92\x01\x04test...`), the way the spec writes identities.
 pub(super) fn dropped(counter: &std::sync::atomic::AtomicU64, why: &'static str, identity: &[u8]) {
     let n = counter.fetch_add(1, Ordering::Relaxed) + 1;
     if n.is_power_of_two() {
-        warn!(reason = why, identity = ?identity, dropped_so_far = n, "writer dropped a message");
+        warn!(reason = why, identity = %identity.escape_ascii(), dropped_so_far = n, "writer dropped a message");
+    }
+}
+
+/// [`dropped`] for a message whose identity is not a producer identity (spec §3): the log says
+/// what is wrong with it (e.g. "topic byte 0x2d at 2 is not an ASCII letter or digit") and
+/// what the layout is.
+pub(super) fn invalid_identity(counter: &std::sync::atomic::AtomicU64, identity: &[u8]) {
+    let n = counter.fetch_add(1, Ordering::Relaxed) + 1;
+    if n.is_power_of_two() {
+        let what = match zper_wire::Identity::parse(identity) {
+            Err(e) => e.to_string(),
+            Ok(_) => "not a producer identity".to_owned(),
+        };
+        warn!(
+            reason = "invalid producer identity",
+            problem = %what,
+            identity = %identity.escape_ascii(),
+            expected = "[hash:1][mode:1][topic length:1][topic: 1-64 of A-Za-z0-9][uuid:16]",
+            dropped_so_far = n,
+            "writer dropped a message"
+        );
     }
 }

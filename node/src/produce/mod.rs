@@ -21,9 +21,12 @@
 mod acks;
 pub mod create;
 mod credit;
+mod dedupe;
 mod engine;
 pub mod forward;
 mod front;
+mod idempotent;
+mod refuse;
 mod worker;
 
 use std::collections::HashMap;
@@ -40,6 +43,7 @@ use crate::error::NodeError;
 use crate::replication::Waker;
 use create::{CreateTopics, ParkingLot};
 use front::Front;
+pub(crate) use idempotent::produced;
 use worker::Worker;
 
 /// A producer connection, known by its routing id (its ZPER identity).
@@ -48,6 +52,9 @@ pub(crate) struct Producer {
     pub(crate) routing_id: Vec<u8>,
     pub(crate) topic: Arc<str>,
     pub(crate) mode: AckMode,
+    /// Mode byte 0x41 or 0x42 (issue #18): every message id is `[producer id:16][sequence:8]`
+    /// and the fragment leader stores each (producer, sequence) once.
+    pub(crate) idempotent: bool,
     pub(crate) worker: usize,
 }
 
@@ -72,7 +79,7 @@ pub(crate) struct WriteBatch {
 impl WriteBatch {
     /// Counts the message just appended (its records end at `bytes.len()`, `id` is its first
     /// frame): it joins the producer's run at the end of the batch unless the producer wants
-    /// an ack per message.
+    /// an ack per message or is idempotent (each message is then admitted on its own).
     pub(crate) fn record(&mut self, producer: &Arc<Producer>, id: &[u8]) {
         let end = self.bytes.len();
         note(&mut self.appends, end, producer, id);
@@ -89,7 +96,9 @@ impl WriteBatch {
 fn note(appends: &mut Vec<Append>, end: usize, producer: &Arc<Producer>, id: &[u8]) {
     match appends.last_mut() {
         Some(last)
-            if Arc::ptr_eq(&last.producer, producer) && producer.mode != AckMode::PerMessage =>
+            if Arc::ptr_eq(&last.producer, producer)
+                && producer.mode != AckMode::PerMessage
+                && !producer.idempotent =>
         {
             last.bytes_end = end;
             last.messages += 1;
@@ -124,6 +133,7 @@ impl Producers {
                 routing_id: routing_id.to_vec(),
                 worker: usize::from(zper_wire::topic_hash(&id.topic)) % workers.max(1),
                 mode: id.ack_mode(),
+                idempotent: zper_wire::is_idempotent(id.mode),
                 topic: Arc::from(id.topic.as_str()),
             })
         });
@@ -266,6 +276,11 @@ pub(crate) fn spawn(
             notices: notices.clone(),
             store: nc.store.clone(),
             policy: config.store.flush,
+            idempotence: dedupe::Bounds {
+                per_producer: config.idempotence_window_messages,
+                max_age: config.idempotence_window,
+                max_producers: config.idempotence_max_producers,
+            },
             topics: HashMap::new(),
             counters: nc.counters.clone(),
         };

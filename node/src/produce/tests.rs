@@ -104,6 +104,7 @@ fn start(creator: Arc<HeldCreator>) -> Running {
             flush_messages: 1,
             flush_interval: std::time::Duration::from_millis(1),
         },
+        idempotence: Default::default(),
         topics: HashMap::new(),
         counters: Arc::new(Counters::default()),
     };
@@ -132,6 +133,7 @@ fn message(topic: &str, who: &[u8], id: &[u8], body: &[u8]) -> WriteBatch {
                 routing_id: who.to_vec(),
                 topic: Arc::from(topic),
                 mode: AckMode::PerMessage,
+                idempotent: false,
                 worker: 0,
             }),
             bytes_end: bytes.len(),

@@ -20,17 +20,19 @@ use crate::replication::{PlacementView, Role};
 
 /// A worker's view of one topic.
 pub(crate) struct TopicWork {
-    log: Arc<TopicLog>,
+    pub(super) log: Arc<TopicLog>,
     /// The log's truncation count when the waiters below started waiting.
     truncations: u64,
     /// This topic's metrics.
     stats: Arc<crate::metrics::TopicCounters>,
     /// The newest message of each append, for the ack endpoint's notices (issue #13).
-    notice_ids: crate::control::ack::NoticeIds,
+    pub(super) notice_ids: crate::control::ack::NoticeIds,
     /// Flushed offset last published on the ack endpoint.
     published_end: u64,
     /// Producers waiting for acks.
-    waiting: AckBook,
+    pub(super) waiting: AckBook,
+    /// Idempotent producers' window (issue #18), built on their first message.
+    pub(super) window: Option<super::dedupe::FragmentWindow>,
 }
 
 pub(crate) struct Worker {
@@ -59,6 +61,8 @@ pub(crate) struct Worker {
     pub(crate) notices: Sender<FlushNotice>,
     pub(crate) store: Arc<Store>,
     pub(crate) policy: FlushPolicy,
+    /// The idempotent producers' window bounds (`idempotence.*`, issue #18).
+    pub(crate) idempotence: super::dedupe::Bounds,
     pub(crate) topics: HashMap<Arc<str>, TopicWork>,
     pub(crate) counters: Arc<Counters>,
 }
@@ -118,7 +122,7 @@ impl Worker {
             .min()
     }
 
-    fn topic(&mut self, name: &Arc<str>) -> Option<&mut TopicWork> {
+    pub(super) fn topic(&mut self, name: &Arc<str>) -> Option<&mut TopicWork> {
         if !self.topics.contains_key(name) {
             match self.store.topic_or_create(name) {
                 Ok(log) => {
@@ -132,6 +136,7 @@ impl Worker {
                             notice_ids: Default::default(),
                             published_end,
                             waiting: AckBook::default(),
+                            window: None,
                         },
                     );
                 }
@@ -219,6 +224,7 @@ impl Worker {
                     topic: topic.clone(),
                     routing_id: a.producer.routing_id.clone(),
                     mode: a.producer.mode,
+                    idempotent: a.producer.idempotent,
                     messages: split_messages(slice),
                 };
                 let sent = self
@@ -283,6 +289,36 @@ impl Worker {
                 return;
             }
         }
+        if run.iter().any(|a| a.producer.idempotent) {
+            let epoch = match role {
+                Role::Leader { epoch, .. } => epoch,
+                _ => 0,
+            };
+            self.append_idempotent(topic, epoch, run, bytes, base);
+            return;
+        }
+        self.store_run(topic, run, bytes, base, messages);
+    }
+
+    /// Appends `bytes` (the records of `run`, starting at batch offset `base`) to `topic`,
+    /// counts them and registers the producers that wait for acks. Returns the offset where
+    /// they start, or None when the append failed (the waiters were refused with 0xFF).
+    pub(super) fn store_run(
+        &mut self,
+        topic: &Arc<str>,
+        run: &[Append],
+        bytes: &[u8],
+        base: usize,
+        messages: u64,
+    ) -> Option<u64> {
+        let counters = self.counters.clone();
+        let Some(work) = self.topic(topic) else {
+            Counters::add(&counters.append_errors, messages);
+            for a in run {
+                self.refuse(a, zper_wire::WRITER_STORE_FAILED);
+            }
+            return None;
+        };
         let end = match work.log.append(bytes) {
             Ok(end) => end,
             Err(e) => {
@@ -294,7 +330,7 @@ impl Worker {
                 for a in run {
                     self.refuse(a, zper_wire::WRITER_STORE_FAILED);
                 }
-                return;
+                return None;
             }
         };
         Counters::add(&counters.messages_stored, messages);
@@ -319,6 +355,7 @@ impl Worker {
         if let Some(last) = run.last() {
             work.notice_ids.appended(end, &last.last_id);
         }
+        Some(start_offset)
     }
 
     /// Parks the writes of topics being created (starting creations on first sight) and
@@ -371,91 +408,6 @@ impl Worker {
                 self.create_failed.insert(c.topic, Instant::now());
                 if let Some(batch) = parked {
                     self.refuse_all(&batch.appends, zper_wire::WRITER_UNAVAILABLE);
-                }
-            }
-        }
-    }
-
-    /// Counts `runs` as append errors and refuses each with `status`.
-    fn refuse_all(&self, runs: &[Append], status: u8) {
-        for a in runs {
-            Counters::add(&self.counters.append_errors, a.messages);
-            self.refuse(a, status);
-        }
-    }
-
-    /// Answers a producer that waits for acks with `status` instead of an ack: mode 1
-    /// `[message id][status]`, mode 2 `[empty][message id][status]`; mode 0 gets nothing.
-    fn refuse(&self, a: &Append, status: u8) {
-        let reply = match a.producer.mode {
-            AckMode::None => return,
-            AckMode::PerMessage => vec![
-                a.producer.routing_id.clone(),
-                Vec::new(),
-                a.last_id.clone(),
-                vec![status],
-            ],
-            AckMode::PerFlush => vec![
-                a.producer.routing_id.clone(),
-                a.last_id.clone(),
-                vec![status],
-            ],
-        };
-        let _ = self.acks.send_multipart(reply, 0);
-    }
-
-    /// Below `min_insync`: producers that wait for acks get status 103 instead and their
-    /// messages are not stored; fire-and-forget (mode 0) messages are stored as usual.
-    fn refuse_acked(
-        &mut self,
-        topic: &Arc<str>,
-        epoch: u64,
-        run: &[Append],
-        bytes: &[u8],
-        base: usize,
-    ) {
-        let mut kept = Vec::new();
-        let mut kept_appends = Vec::new();
-        let mut start = base;
-        for a in run {
-            let slice = &bytes[start - base..a.bytes_end - base];
-            match a.producer.mode {
-                AckMode::None => {
-                    kept.extend_from_slice(slice);
-                    kept_appends.push(Append {
-                        producer: a.producer.clone(),
-                        bytes_end: base + kept.len(),
-                        messages: a.messages,
-                        last_id: a.last_id.clone(),
-                    });
-                }
-                _ => {
-                    Counters::add(&self.counters.not_enough_replicas, a.messages);
-                    self.refuse(a, zper_wire::WRITER_NOT_ENOUGH_REPLICAS);
-                }
-            }
-            start = a.bytes_end;
-        }
-        if !kept.is_empty() {
-            let messages = kept_appends.iter().map(|a| a.messages).sum();
-            // The view still says leader with too few in sync: append as leader (no acks wait).
-            let Some(work) = self.topic(topic) else {
-                Counters::add(&self.counters.append_errors, messages);
-                return;
-            };
-            let appended = crate::replication::claim_epoch(&work.log, epoch)
-                .and_then(|()| work.log.append(&kept));
-            match appended {
-                Ok(end) => {
-                    if let Some(last) = kept_appends.last() {
-                        work.notice_ids.appended(end, &last.last_id);
-                    }
-                    Counters::add(&self.counters.messages_stored, messages);
-                    Counters::add(&self.counters.bytes_stored, kept.len() as u64);
-                }
-                Err(e) => {
-                    error!(topic = %topic, error = %e, "append failed");
-                    Counters::add(&self.counters.append_errors, messages);
                 }
             }
         }

@@ -1,0 +1,251 @@
+//! Idempotent producers (issue #18), as a client speaks them: mode byte 0x42 / 0x41, message
+//! ids `[producer id:16][sequence:8]`. A retried message is stored once, with its first
+//! outcome; a gap is refused with 106 and the expected sequence, so a mode-1 ack never covers
+//! a message lost in flight; `PRODUCED` tells stored from not stored; across a leader kill and
+//! a restart the same message retried 1000 times is stored once.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use zper_wire::Identity;
+
+const PRODUCER: [u8; 16] = [0xab; 16];
+
+fn id(seq: u64) -> Vec<u8> {
+    let mut out = PRODUCER.to_vec();
+    out.extend_from_slice(&seq.to_be_bytes());
+    out
+}
+
+/// An idempotent identity (mode byte `mode`) whose UUID is the producer id.
+fn idempotent_identity(topic: &str, mode: u8) -> Vec<u8> {
+    Identity::new(topic, mode, &PRODUCER)
+        .expect("identity")
+        .to_bytes()
+}
+
+/// Whole messages of a log whose first frame is `[PRODUCER][seq]`: their sequences in order.
+fn sequences(log: &[u8]) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut first = true;
+    for rec in zper_wire::Records::new(log) {
+        if first && rec.payload.len() == 24 && rec.payload[..16] == PRODUCER {
+            out.push(u64::from_be_bytes(
+                rec.payload[16..].try_into().expect("test value"),
+            ));
+        }
+        first = !rec.more;
+    }
+    out
+}
+
+fn produced(s: &zmq::Socket, seq: u64) -> Vec<Vec<u8>> {
+    request(s, &[b"PRODUCED", &id(seq)])
+}
+
+#[test]
+fn a_retried_message_is_stored_once_and_a_gap_is_refused_with_the_expected_sequence() {
+    let n = TestNode::start();
+    let ctx = zmq::Context::new();
+    // Mode 2 over a DEALER (the REQ envelope written by hand), so it can send again at once.
+    let w = client(
+        &ctx,
+        zmq::DEALER,
+        &idempotent_identity("idem", 0x42),
+        &n.writer,
+    );
+    for attempt in 0..1000 {
+        let reply = request(&w, &[b"", &id(0), b"hello"]);
+        assert_eq!(reply, [b"".to_vec(), id(0)], "attempt {attempt}: an ack");
+    }
+    assert_eq!(request(&w, &[b"", &id(1), b"world"]), [b"".to_vec(), id(1)]);
+    // Sequence 3 without 2: refused, nothing stored, the next expected is 2.
+    let reply = request(&w, &[b"", &id(3), b"late"]);
+    assert_eq!(
+        reply,
+        [b"".to_vec(), id(3), vec![106], 2u64.to_be_bytes().to_vec()]
+    );
+    // An id that is not [producer:16][sequence:8]: 102.
+    let reply = request(&w, &[b"", b"7", b"bad"]);
+    assert_eq!(reply, [b"".to_vec(), b"7".to_vec(), vec![102]]);
+    let log = n.wait_readable("idem", 1);
+    assert_eq!(sequences(&log), [0, 1], "each once, the gap not stored");
+    // PRODUCED, asked with the producer's identity (its UUID picks the fragment).
+    let r = client(
+        &ctx,
+        zmq::DEALER,
+        &idempotent_identity("idem", 0x42),
+        &n.reader,
+    );
+    let first_len = (2 + 24 + 2 + 5) as u64;
+    assert_eq!(
+        produced(&r, 0),
+        [
+            vec![100],
+            0u64.to_be_bytes().to_vec(),
+            first_len.to_be_bytes().to_vec()
+        ]
+    );
+    assert_eq!(produced(&r, 2), [vec![101]], "not stored");
+    assert_eq!(request(&r, &[b"PRODUCED", b"short"]), [vec![102]]);
+    let other = client(&ctx, zmq::DEALER, &identity("nothere", 0), &n.reader);
+    assert_eq!(produced(&other, 0), [vec![101]], "a topic never written");
+}
+
+#[test]
+fn a_mode_1_ack_never_covers_a_message_lost_in_flight() {
+    let n = TestNode::start();
+    let ctx = zmq::Context::new();
+    let w = client(
+        &ctx,
+        zmq::DEALER,
+        &idempotent_identity("lost", 0x41),
+        &n.writer,
+    );
+    for seq in [0u64, 1] {
+        w.send_multipart([&id(seq)[..], b"m"], 0).expect("send");
+    }
+    // Sequence 2 "dies in flight": 3 arrives next.
+    w.send_multipart([&id(3)[..], b"m"], 0).expect("send");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut replies = Vec::new();
+    while !replies.contains(&vec![id(3), vec![106], 2u64.to_be_bytes().to_vec()]) {
+        assert!(Instant::now() < deadline, "{replies:?}");
+        if let Ok(r) = w.recv_multipart(0) {
+            replies.push(r);
+        }
+    }
+    assert!(
+        !replies.iter().any(|r| r == &vec![id(3)]),
+        "no ack names 3: {replies:?}"
+    );
+    // Sent again from 2: both stored, in order, and the ack names 3.
+    for seq in [2u64, 3] {
+        w.send_multipart([&id(seq)[..], b"m"], 0).expect("send");
+    }
+    while !replies.iter().any(|r| r == &vec![id(3)]) {
+        assert!(Instant::now() < deadline, "{replies:?}");
+        if let Ok(r) = w.recv_multipart(0) {
+            replies.push(r);
+        }
+    }
+    assert_eq!(sequences(&n.wait_readable("lost", 1)), [0, 1, 2, 3]);
+}
+
+#[test]
+fn the_same_message_retried_1000_times_across_a_leader_kill_and_a_restart_is_stored_once() {
+    let mut c = TestCluster::start();
+    let leader = c.create("retry", 3);
+    let via = (1..=3).find(|n| *n != leader).expect("a follower");
+    let ident = idempotent_identity("retry", 0x42);
+    let writers: Vec<String> = c.nodes.iter().map(|n| n.writer.clone()).collect();
+    let ctx = c.ctx.clone();
+    // One message (sequence 0), sent 1000 times, each attempt to the next node in turn and
+    // never waiting more than 300 ms for its reply; bounded in count and time.
+    let retries = std::thread::spawn(move || {
+        let mut acks = 0;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        for attempt in 0..1000usize {
+            if Instant::now() > deadline {
+                break;
+            }
+            let s = ctx.socket(zmq::DEALER).expect("socket");
+            s.set_identity(&ident).expect("identity");
+            s.set_rcvtimeo(300).expect("timeout");
+            s.set_sndtimeo(300).expect("timeout");
+            s.set_linger(0).expect("linger");
+            s.connect(&writers[attempt % 3]).expect("connect");
+            if s.send_multipart([&b""[..], &id(0), b"once"], 0).is_ok()
+                && s.recv_multipart(0)
+                    .is_ok_and(|r| r == [b"".to_vec(), id(0)])
+            {
+                acks += 1;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        acks
+    });
+    assert!(
+        eventually(|| sequences(&concat(&c.segments(leader, "retry"))) == [0]),
+        "stored on the leader"
+    );
+    c.node(leader).kill9();
+    let new = c.new_leader(via, "retry", leader);
+    c.node(leader).restart();
+    let acks = retries.join().expect("retries");
+    assert!(acks > 100, "{acks} attempts acknowledged");
+    assert!(
+        eventually(|| (1..=3).all(|n| sequences(&concat(&c.segments(n, "retry"))) == [0])),
+        "one copy on every node: {:?}",
+        (1..=3)
+            .map(|n| sequences(&concat(&c.segments(n, "retry"))))
+            .collect::<Vec<_>>()
+    );
+    // The new leader answers PRODUCED for it.
+    let r = client(
+        &c.ctx,
+        zmq::DEALER,
+        &idempotent_identity("retry", 0x42),
+        &c.nodes[new as usize - 1].reader,
+    );
+    assert_eq!(produced(&r, 0)[0], [100]);
+    assert_eq!(produced(&r, 1), [vec![101]]);
+}
+
+#[test]
+fn zper_produce_idempotent_stores_each_message_once_with_a_24_byte_id() {
+    let n = TestNode::start();
+    for (mode, words) in [("2", ["a", "b"]), ("1", ["c", "d"])] {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_zper"))
+            .args([
+                "produce",
+                "--idempotent",
+                "-m",
+                mode,
+                "-t",
+                "idemcli",
+                "-w",
+                &n.writer,
+            ])
+            .args(words)
+            .output()
+            .expect("run zper");
+        assert!(o.status.success(), "{o:?}");
+    }
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_zper"))
+        .args([
+            "produce",
+            "--idempotent",
+            "-m",
+            "0",
+            "-t",
+            "idemcli",
+            "-w",
+            &n.writer,
+            "x",
+        ])
+        .output()
+        .expect("run zper");
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--mode 1 or --mode 2"));
+    let log = n.wait_readable("idemcli", 4 * (26 + 3));
+    let mut messages = Vec::new();
+    let mut frames: Vec<Vec<u8>> = Vec::new();
+    for rec in zper_wire::Records::new(&log) {
+        frames.push(rec.payload.to_vec());
+        if !rec.more {
+            messages.push(std::mem::take(&mut frames));
+        }
+    }
+    let bodies: Vec<&[u8]> = messages.iter().map(|m| m[1].as_slice()).collect();
+    assert_eq!(bodies, [b"a", b"b", b"c", b"d"]);
+    assert!(messages.iter().all(|m| m.len() == 2 && m[0].len() == 24));
+    // Two runs, two producers, each from sequence 0.
+    let seqs: Vec<u64> = messages
+        .iter()
+        .map(|m| u64::from_be_bytes(m[0][16..].try_into().expect("test value")))
+        .collect();
+    assert_eq!(seqs, [0, 1, 0, 1]);
+}

@@ -1,0 +1,343 @@
+//! Idempotent producers (issue #18): a fragment leader's memory of which (producer id,
+//! sequence) it stored where, so a retried message is stored once and a client can ask what
+//! became of a message answered 104. A pure core: no clock of its own (callers pass `now`), no
+//! I/O; the worker feeds it and rebuilds it from the log's tail (`zper_store::TailMessage`).
+//!
+//! An idempotent message's first frame (its message id) is `[producer id:16][sequence:8]`,
+//! sequence big-endian (docs/protocol.md "Idempotent producers"). A producer's sequences
+//! are stored in order without gaps: the next one after `s` must be `s + 1`, so an ack naming
+//! `s` covers every earlier message of that producer, whichever connection carried it.
+//!
+//! The window is bounded three ways: the newest `per_producer` messages of a producer, those
+//! younger than `max_age`, and `max_producers` producers per fragment (the one unused the
+//! longest is forgotten). A forgotten producer starts afresh at any sequence.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+/// Bytes of a producer id.
+pub(crate) const PRODUCER_ID_LEN: usize = 16;
+/// Bytes of an idempotent message id: producer id, then the sequence.
+pub(crate) const ID_LEN: usize = PRODUCER_ID_LEN + 8;
+
+/// A producer id (16 bytes; zper-client uses its identity's UUID).
+pub(crate) type ProducerId = [u8; PRODUCER_ID_LEN];
+
+/// Splits an idempotent message id into producer id and sequence; None unless it is exactly
+/// [`ID_LEN`] bytes.
+pub(crate) fn parse_id(frame: &[u8]) -> Option<(ProducerId, u64)> {
+    if frame.len() != ID_LEN {
+        return None;
+    }
+    let (pid, seq) = frame.split_at(PRODUCER_ID_LEN);
+    Some((
+        pid.try_into().ok()?,
+        u64::from_be_bytes(seq.try_into().ok()?),
+    ))
+}
+
+/// The window's bounds (`idempotence.*` config keys).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Bounds {
+    /// Newest messages remembered per producer.
+    pub(crate) per_producer: usize,
+    /// Messages older than this are forgotten.
+    pub(crate) max_age: Duration,
+    /// Producers remembered per fragment.
+    pub(crate) max_producers: usize,
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Bounds {
+            per_producer: 4096,
+            max_age: Duration::from_secs(120),
+            max_producers: 1024,
+        }
+    }
+}
+
+/// What to do with an arriving idempotent message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Store it (its sequence is now taken; report the outcome with [`Window::stored`] or
+    /// [`Window::failed`]).
+    New,
+    /// Stored before, ending at this offset (`None`: earlier in the same batch, not appended
+    /// yet): answer with that message's outcome, store nothing.
+    Duplicate(Option<u64>),
+    /// Not the next sequence of this producer (a gap, or older than the window): refuse,
+    /// telling the producer which sequence comes next.
+    OutOfSequence { expected: u64 },
+}
+
+/// What the window knows of one (producer, sequence), for a client resolving a 104.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lookup {
+    /// Stored, ending at this offset (it may not be durable yet: compare with the high-water
+    /// mark).
+    Stored { end: u64 },
+    /// Not stored: the producer's next sequence is at or below it.
+    NotStored,
+    /// Outside the window (the producer or that sequence was forgotten): cannot tell.
+    Unknown,
+}
+
+/// One producer's newest messages: sequences `first..first + ends.len()`.
+#[derive(Debug)]
+struct Seen {
+    first: u64,
+    /// End offset (`None` while appending) and when each was admitted.
+    ends: VecDeque<(Option<u64>, Instant)>,
+    used: Instant,
+}
+
+impl Seen {
+    fn next(&self) -> u64 {
+        self.first + self.ends.len() as u64
+    }
+
+    fn forget_old(&mut self, bounds: &Bounds, now: Instant) {
+        while self.ends.len() > bounds.per_producer
+            || self
+                .ends
+                .front()
+                .is_some_and(|(end, at)| end.is_some() && now.duration_since(*at) > bounds.max_age)
+        {
+            self.ends.pop_front();
+            self.first += 1;
+        }
+    }
+}
+
+/// A fragment's idempotent-producer window.
+#[derive(Debug, Default)]
+pub(crate) struct Window {
+    bounds: Bounds,
+    producers: HashMap<ProducerId, Seen>,
+}
+
+impl Window {
+    /// An empty window with these bounds.
+    pub(crate) fn new(bounds: Bounds) -> Self {
+        Window {
+            bounds,
+            producers: HashMap::new(),
+        }
+    }
+
+    /// Producers remembered.
+    #[cfg(test)]
+    pub(crate) fn producers(&self) -> usize {
+        self.producers.len()
+    }
+
+    /// Decides on message `seq` of `pid`; a [`Verdict::New`] takes the sequence.
+    pub(crate) fn admit(&mut self, pid: &ProducerId, seq: u64, now: Instant) -> Verdict {
+        let bounds = self.bounds;
+        if let Some(seen) = self.producers.get_mut(pid) {
+            seen.used = now;
+            seen.forget_old(&bounds, now);
+            if seen.ends.is_empty() {
+                self.producers.remove(pid);
+            } else {
+                let next = seen.next();
+                if seq == next {
+                    seen.ends.push_back((None, now));
+                    seen.forget_old(&bounds, now);
+                    return Verdict::New;
+                }
+                if seq >= seen.first && seq < next {
+                    return Verdict::Duplicate(seen.ends[(seq - seen.first) as usize].0);
+                }
+                return Verdict::OutOfSequence { expected: next };
+            }
+        }
+        self.make_room();
+        let mut ends = VecDeque::new();
+        ends.push_back((None, now));
+        self.producers.insert(
+            *pid,
+            Seen {
+                first: seq,
+                ends,
+                used: now,
+            },
+        );
+        Verdict::New
+    }
+
+    /// The message admitted as `seq` was stored, ending at `end`.
+    pub(crate) fn stored(&mut self, pid: &ProducerId, seq: u64, end: u64) {
+        if let Some(seen) = self.producers.get_mut(pid) {
+            if seq >= seen.first && seq < seen.next() {
+                seen.ends[(seq - seen.first) as usize].0 = Some(end);
+            }
+        }
+    }
+
+    /// The message admitted as `seq` was not stored (refused, or the append failed): it and
+    /// every later sequence of the producer are free again.
+    pub(crate) fn failed(&mut self, pid: &ProducerId, seq: u64) {
+        if let Some(seen) = self.producers.get_mut(pid) {
+            if seq <= seen.first {
+                self.producers.remove(pid);
+            } else if seq < seen.next() {
+                seen.ends.truncate((seq - seen.first) as usize);
+            }
+        }
+    }
+
+    /// Notes a message found in the log (rebuilding after open, lead change or truncation):
+    /// a sequence that does not follow the producer's newest starts its memory afresh.
+    pub(crate) fn found(&mut self, pid: &ProducerId, seq: u64, end: u64, now: Instant) {
+        let contiguous = self.producers.get(pid).is_some_and(|s| s.next() == seq);
+        if !contiguous {
+            self.producers.remove(pid);
+        }
+        if let Verdict::New = self.admit(pid, seq, now) {
+            self.stored(pid, seq, end);
+        }
+    }
+
+    /// What became of `seq` of `pid`.
+    pub(crate) fn lookup(&self, pid: &ProducerId, seq: u64) -> Lookup {
+        let Some(seen) = self.producers.get(pid) else {
+            return Lookup::Unknown;
+        };
+        if seq >= seen.next() {
+            Lookup::NotStored
+        } else if seq < seen.first {
+            Lookup::Unknown
+        } else {
+            match seen.ends[(seq - seen.first) as usize].0 {
+                Some(end) => Lookup::Stored { end },
+                None => Lookup::Unknown,
+            }
+        }
+    }
+
+    /// Forgets the producer unused the longest when the window is full.
+    fn make_room(&mut self) {
+        if self.producers.len() < self.bounds.max_producers.max(1) {
+            return;
+        }
+        let oldest = self
+            .producers
+            .iter()
+            .min_by_key(|(_, s)| s.used)
+            .map(|(pid, _)| *pid);
+        if let Some(pid) = oldest {
+            self.producers.remove(&pid);
+        }
+    }
+}
+
+/// A fragment's window and what it was built for.
+#[derive(Debug)]
+pub(crate) struct FragmentWindow {
+    pub(crate) window: Window,
+    /// (leader epoch, truncation count) when built: either changing means the log may hold
+    /// other messages than the window says, so it is rebuilt.
+    pub(crate) built_for: (u64, u64),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: ProducerId = [1; 16];
+    const B: ProducerId = [2; 16];
+
+    fn id(pid: &ProducerId, seq: u64) -> Vec<u8> {
+        let mut out = pid.to_vec();
+        out.extend_from_slice(&seq.to_be_bytes());
+        out
+    }
+
+    #[test]
+    fn ids_are_exactly_a_producer_and_a_big_endian_sequence() {
+        assert_eq!(parse_id(&id(&A, 258)), Some((A, 258)));
+        assert_eq!(parse_id(&id(&A, 1)[..23]), None);
+        assert_eq!(parse_id(b"7"), None);
+    }
+
+    #[test]
+    fn a_retry_is_a_duplicate_with_the_first_outcome_and_gaps_are_refused() {
+        let now = Instant::now();
+        let mut w = Window::new(Bounds::default());
+        assert_eq!(w.admit(&A, 5, now), Verdict::New, "any first sequence");
+        assert_eq!(w.admit(&A, 5, now), Verdict::Duplicate(None), "same batch");
+        w.stored(&A, 5, 100);
+        assert_eq!(w.admit(&A, 6, now), Verdict::New);
+        w.stored(&A, 6, 200);
+        for _ in 0..1000 {
+            assert_eq!(w.admit(&A, 5, now), Verdict::Duplicate(Some(100)));
+        }
+        assert_eq!(w.admit(&A, 8, now), Verdict::OutOfSequence { expected: 7 });
+        assert_eq!(w.admit(&A, 4, now), Verdict::OutOfSequence { expected: 7 });
+        assert_eq!(w.admit(&B, 0, now), Verdict::New, "producers are apart");
+        assert_eq!(w.lookup(&A, 6), Lookup::Stored { end: 200 });
+        assert_eq!(w.lookup(&A, 7), Lookup::NotStored);
+        assert_eq!(w.lookup(&A, 4), Lookup::Unknown);
+        assert_eq!(w.lookup(&[9; 16], 0), Lookup::Unknown);
+    }
+
+    #[test]
+    fn a_message_not_stored_frees_its_sequence_and_the_later_ones() {
+        let now = Instant::now();
+        let mut w = Window::new(Bounds::default());
+        for seq in 0..5 {
+            assert_eq!(w.admit(&A, seq, now), Verdict::New);
+        }
+        w.failed(&A, 3);
+        assert_eq!(w.admit(&A, 5, now), Verdict::OutOfSequence { expected: 3 });
+        assert_eq!(w.admit(&A, 3, now), Verdict::New);
+        w.failed(&A, 0);
+        assert_eq!(w.producers(), 0);
+        assert_eq!(w.admit(&A, 9, now), Verdict::New);
+    }
+
+    #[test]
+    fn the_window_forgets_by_count_age_and_producers() {
+        let t0 = Instant::now();
+        let bounds = Bounds {
+            per_producer: 3,
+            max_age: Duration::from_secs(10),
+            max_producers: 2,
+        };
+        let mut w = Window::new(bounds);
+        for seq in 0..5 {
+            assert_eq!(w.admit(&A, seq, t0), Verdict::New);
+            w.stored(&A, seq, seq * 10);
+        }
+        assert_eq!(w.lookup(&A, 1), Lookup::Unknown, "only the newest 3");
+        assert_eq!(w.lookup(&A, 2), Lookup::Stored { end: 20 });
+        assert_eq!(
+            w.admit(&A, 1, t0),
+            Verdict::OutOfSequence { expected: 5 },
+            "too old to tell: not stored again"
+        );
+        let later = t0 + Duration::from_secs(11);
+        assert_eq!(w.admit(&A, 77, later), Verdict::New, "all aged out: afresh");
+        w.admit(&B, 0, later);
+        w.admit(&[3; 16], 0, later + Duration::from_secs(1));
+        assert_eq!(w.producers(), 2, "A, used the longest ago, was forgotten");
+        assert_eq!(w.lookup(&A, 77), Lookup::Unknown);
+    }
+
+    #[test]
+    fn rebuilding_from_the_log_keeps_each_producers_newest_run() {
+        let now = Instant::now();
+        let mut w = Window::new(Bounds::default());
+        w.found(&A, 0, 10, now);
+        w.found(&A, 1, 20, now);
+        w.found(&B, 7, 30, now);
+        w.found(&A, 0, 40, now); // the producer started over
+        w.found(&A, 1, 50, now);
+        assert_eq!(w.lookup(&A, 1), Lookup::Stored { end: 50 });
+        assert_eq!(w.admit(&A, 1, now), Verdict::Duplicate(Some(50)));
+        assert_eq!(w.admit(&A, 2, now), Verdict::New);
+        assert_eq!(w.admit(&B, 8, now), Verdict::New);
+    }
+}

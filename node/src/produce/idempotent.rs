@@ -1,0 +1,339 @@
+//! Idempotent producers on the write path (issue #18): the worker admits each idempotent
+//! message through its fragment's [`Window`] before appending, rebuilds that window from the
+//! log's tail when the log was opened, changed leader epoch or was cut back, and the reader
+//! answers `PRODUCED` by reading the same tail. The decisions are in [`super::dedupe`]; this
+//! module joins them to the batch and the log.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tracing::warn;
+use zper_store::{StoreError, TopicLog};
+use zper_wire::{AckMode, Status};
+
+use crate::metrics::Counters;
+
+use super::dedupe::{parse_id, Bounds, FragmentWindow, ProducerId, Verdict, Window};
+use super::{Append, Producer};
+
+/// Bytes of a fragment's newest messages read back to rebuild its window and to answer
+/// `PRODUCED`: a message older than this is "too old to tell".
+pub(crate) const SCAN_BYTES: u64 = 64 << 20;
+
+/// The window of `log` for leader `epoch`, rebuilt from the log's tail when `slot` is empty
+/// or was built for another epoch or before a truncation.
+pub(crate) fn window<'a>(
+    slot: &'a mut Option<FragmentWindow>,
+    log: &TopicLog,
+    epoch: u64,
+    bounds: Bounds,
+) -> &'a mut Window {
+    let key = (epoch, log.truncations().unwrap_or(0));
+    if slot.as_ref().is_none_or(|w| w.built_for != key) {
+        *slot = Some(FragmentWindow {
+            window: rebuild(log, bounds, Instant::now()),
+            built_for: key,
+        });
+    }
+    &mut slot.as_mut().expect("just filled").window
+}
+
+/// A window holding the idempotent messages of the newest [`SCAN_BYTES`] of `log`.
+fn rebuild(log: &TopicLog, bounds: Bounds, now: Instant) -> Window {
+    let mut w = Window::new(bounds);
+    let from = log.written_end().unwrap_or(0).saturating_sub(SCAN_BYTES);
+    let scanned = log.scan_tail(from, |m| {
+        if let Some((pid, seq)) = parse_id(m.first_frame) {
+            w.found(&pid, seq, m.end, now);
+        }
+    });
+    if let Err(e) = scanned {
+        // What was read before the error is kept: messages past it may be stored twice.
+        warn!(topic = %log.name(), error = %e, "idempotent window rebuilt only in part");
+    }
+    w
+}
+
+/// One idempotent message that is not appended: answered from the window.
+#[derive(Debug)]
+pub(crate) struct NotAppended {
+    pub(crate) producer: Arc<Producer>,
+    pub(crate) message_id: Vec<u8>,
+    pub(crate) outcome: Outcome,
+}
+
+/// How a message that is not appended is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// A duplicate of the message ending here (`None`: of one earlier in this run, known
+    /// once the run is appended): acknowledged once that is durable.
+    Duplicate(Option<u64>),
+    /// Refused: `[id][status]`, with the expected sequence for 106.
+    Refused(Status, Option<u64>),
+}
+
+/// A run after admission: what to append, and what to answer without appending.
+#[derive(Debug)]
+pub(crate) struct Admitted {
+    /// The bytes to append and their appends (`bytes_end` relative to `bytes`, base 0).
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) appends: Vec<Append>,
+    /// For each idempotent append kept: its index in `appends`, producer id and sequence.
+    pub(crate) taken: Vec<(usize, ProducerId, u64)>,
+    pub(crate) not_appended: Vec<NotAppended>,
+}
+
+/// Admits the run `run` (its bytes `bytes` start at batch offset `base`): idempotent
+/// messages (one per append; the front never joins them) that are new are kept, duplicates
+/// and out-of-sequence ones are taken out, and so is an idempotent message whose id is not
+/// `[producer id:16][sequence:8]` (102). Other producers' messages are kept as they are.
+pub(crate) fn admit(
+    window: &mut Window,
+    run: &[Append],
+    bytes: &[u8],
+    base: usize,
+    now: Instant,
+) -> Admitted {
+    let mut out = Admitted {
+        bytes: Vec::with_capacity(bytes.len()),
+        appends: Vec::with_capacity(run.len()),
+        taken: Vec::new(),
+        not_appended: Vec::new(),
+    };
+    let mut start = base;
+    for a in run {
+        let slice = &bytes[start - base..a.bytes_end - base];
+        start = a.bytes_end;
+        let keep = |out: &mut Admitted| {
+            out.bytes.extend_from_slice(slice);
+            out.appends.push(Append {
+                producer: a.producer.clone(),
+                bytes_end: out.bytes.len(),
+                messages: a.messages,
+                last_id: a.last_id.clone(),
+            });
+        };
+        if !a.producer.idempotent {
+            keep(&mut out);
+            continue;
+        }
+        let outcome = match parse_id(&a.last_id) {
+            None => Outcome::Refused(Status::InvalidCommand, None),
+            Some((pid, seq)) => match window.admit(&pid, seq, now) {
+                Verdict::New => {
+                    keep(&mut out);
+                    out.taken.push((out.appends.len() - 1, pid, seq));
+                    continue;
+                }
+                Verdict::Duplicate(end) => Outcome::Duplicate(end),
+                Verdict::OutOfSequence { expected } => {
+                    Outcome::Refused(Status::OutOfSequence, Some(expected))
+                }
+            },
+        };
+        out.not_appended.push(NotAppended {
+            producer: a.producer.clone(),
+            message_id: a.last_id.clone(),
+            outcome,
+        });
+    }
+    out
+}
+
+/// What became of an idempotent message, as far as the newest [`SCAN_BYTES`] of a log tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Found {
+    /// Stored at `start..end` (durable or not: the caller compares with the high-water mark).
+    Stored { start: u64, end: u64 },
+    /// Not stored: the producer's newest message in the log is an earlier one, or nothing of
+    /// it is in a log read whole.
+    NotStored,
+    /// A later message of the producer is there but this one is not in what was read: it is
+    /// older than the scan.
+    Unknown,
+}
+
+/// Looks for message `id` (`[producer id:16][sequence:8]`) in the tail of `log`.
+///
+/// Errors: reading the log failed.
+pub(crate) fn lookup(log: &TopicLog, id: &[u8; 24]) -> Result<Found, StoreError> {
+    let Some((pid, seq)) = parse_id(id) else {
+        return Ok(Found::Unknown);
+    };
+    let from = log.written_end()?.saturating_sub(SCAN_BYTES);
+    let whole = from <= log.segment_starts()?.first().copied().unwrap_or(0);
+    let (mut hit, mut earlier, mut later) = (None, false, false);
+    log.scan_tail(from, |m| {
+        if m.first_frame == id {
+            hit.get_or_insert((m.start, m.end));
+        } else if let Some((p, s)) = parse_id(m.first_frame) {
+            earlier |= p == pid && s < seq;
+            later |= p == pid && s > seq;
+        }
+    })?;
+    // Sequences are stored in order: with a later message there and this one not, it is
+    // older than what was read; with only earlier ones (or a log read whole), it is not
+    // stored.
+    Ok(match hit {
+        Some((start, end)) => Found::Stored { start, end },
+        None if later => Found::Unknown,
+        None if earlier || whole => Found::NotStored,
+        None => Found::Unknown,
+    })
+}
+
+impl super::worker::Worker {
+    /// Appends a run holding idempotent messages (issue #18): admits each through the
+    /// fragment's window (rebuilt for leader `epoch` when needed), appends what is new, and
+    /// answers duplicates with their first outcome (an ack once that message is durable) and
+    /// gaps with 106.
+    pub(super) fn append_idempotent(
+        &mut self,
+        topic: &Arc<str>,
+        epoch: u64,
+        run: &[Append],
+        bytes: &[u8],
+        base: usize,
+    ) {
+        let bounds = self.idempotence;
+        let Some(work) = self.topic(topic) else {
+            let messages = run.iter().map(|a| a.messages).sum();
+            self.store_run(topic, run, bytes, base, messages);
+            return;
+        };
+        let log = work.log.clone();
+        let admitted = admit(
+            window(&mut work.window, &log, epoch, bounds),
+            run,
+            bytes,
+            base,
+            Instant::now(),
+        );
+        let messages = admitted.appends.iter().map(|a| a.messages).sum();
+        let start = if admitted.appends.is_empty() {
+            None
+        } else {
+            self.store_run(topic, &admitted.appends, &admitted.bytes, 0, messages)
+        };
+        let durable = if self.acks_leader {
+            log.flushed_end()
+        } else {
+            log.visible_end()
+        }
+        .unwrap_or(0);
+        let counters = self.counters.clone();
+        let Some(work) = self.topics.get_mut(topic) else {
+            return;
+        };
+        let Some(fw) = work.window.as_mut() else {
+            return;
+        };
+        for (i, pid, seq) in &admitted.taken {
+            match start {
+                Some(s) => fw
+                    .window
+                    .stored(pid, *seq, s + admitted.appends[*i].bytes_end as u64),
+                None => fw.window.failed(pid, *seq),
+            }
+        }
+        let mut replies = Vec::new();
+        for n in admitted.not_appended {
+            let (status, expected) = match n.outcome {
+                Outcome::Refused(status, expected) => (Some(status), expected),
+                Outcome::Duplicate(end) => {
+                    Counters::add(&counters.idempotent_duplicates, 1);
+                    let end = end.or_else(|| match parse_id(&n.message_id) {
+                        Some((pid, seq)) => match fw.window.lookup(&pid, seq) {
+                            super::dedupe::Lookup::Stored { end } => Some(end),
+                            _ => None,
+                        },
+                        None => None,
+                    });
+                    match end {
+                        // Its first copy was in this run and failed to append.
+                        None => (Some(Status::InternalError), None),
+                        Some(end) if end <= durable => (None, None),
+                        Some(end) => {
+                            match n.producer.mode {
+                                AckMode::PerMessage => work.waiting.wait_per_message(
+                                    &n.producer.routing_id,
+                                    end,
+                                    &n.message_id,
+                                ),
+                                _ => work.waiting.wait_per_flush_at_least(
+                                    &n.producer.routing_id,
+                                    end,
+                                    &n.message_id,
+                                ),
+                            }
+                            continue;
+                        }
+                    }
+                }
+            };
+            if status == Some(Status::OutOfSequence) {
+                Counters::add(&counters.out_of_sequence, 1);
+            }
+            if n.producer.mode == AckMode::None {
+                continue;
+            }
+            let mut frames = super::acks::Reply {
+                routing_id: n.producer.routing_id.clone(),
+                envelope: n.producer.mode == AckMode::PerMessage,
+                message_id: n.message_id,
+                status,
+            }
+            .into_frames();
+            if let Some(next) = expected {
+                frames.push(next.to_be_bytes().to_vec());
+            }
+            replies.push(frames);
+        }
+        for frames in replies {
+            let _ = self.acks.send_multipart(frames, 0);
+        }
+    }
+}
+
+/// The reader's answer to `PRODUCED message_id` (issue #18) from a client with reader
+/// identity `identity`: looked up in the fragment a writer with that identity's UUID writes
+/// to, on its leader. `[100][start][end]` stored and visible to readers (at or below the
+/// high-water mark), `[101]` not stored, `[105]` stored but not yet durable, `[104]` not led
+/// here, `[106]` too old to tell, `[0xFF]` the log could not be read.
+pub(crate) fn produced(
+    store: &zper_store::Store,
+    view: Option<&crate::replication::PlacementView>,
+    identity: &zper_wire::Identity,
+    message_id: &[u8; 24],
+) -> zper_wire::ReaderReply {
+    use crate::replication::Role;
+    use zper_wire::ReaderReply;
+    let topic = identity.topic.as_str();
+    let key = match view.map_or(1, |v| v.fragment_count(topic)) {
+        n if n <= 1 => topic.to_owned(),
+        n => match crate::replication::fragment_for(&identity.uuid, n) {
+            0 => topic.to_owned(),
+            k => zper_store::log_key(topic, k),
+        },
+    };
+    if let Some(v) = view {
+        if !matches!(v.role(&key), Role::Leader { .. } | Role::Local) {
+            return ReaderReply::Status(Status::NotLeader);
+        }
+    }
+    let Some(log) = store.topic(&key) else {
+        return ReaderReply::Status(Status::InvalidOffset);
+    };
+    match lookup(&log, message_id) {
+        Ok(Found::Stored { start, end }) if end <= log.visible_end().unwrap_or(0) => {
+            ReaderReply::Offsets(vec![start, end])
+        }
+        Ok(Found::Stored { .. }) => ReaderReply::Status(Status::Unavailable),
+        Ok(Found::NotStored) => ReaderReply::Status(Status::InvalidOffset),
+        Ok(Found::Unknown) => ReaderReply::Status(Status::OutOfSequence),
+        Err(e) => {
+            warn!(topic = %key, error = %e, "PRODUCED lookup failed");
+            ReaderReply::Status(Status::InternalError)
+        }
+    }
+}
