@@ -108,6 +108,9 @@ broker() { # label writer reader pid
   echo "$label produce1 $(awk -v n="$N" -v t="$t" 'BEGIN{printf "%.0f", n/t}') msg/s"
   echo "$label cpu $(awk -v n="$N" -v a="$c0" -v b="$c1" 'BEGIN{printf "%.3f", (b-a)*1e6/n}') us/msg"
   local topic=four$RANDOM pids=() i
+  # One reader asks first, so the topic exists before four writers and readers race to create
+  # it (the original ZPER's reader worker dies on that race: "Cannot make directory").
+  "$zb" consume "$r" "$topic" 1 >/dev/null
   for i in 1 2 3 4; do
     "$zb" produce "$w" "$r" "$topic" "$((N / 4))" "$SIZE" "$i" "$N" > "$work/p$i" &
     pids+=($!)
