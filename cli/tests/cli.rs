@@ -195,32 +195,21 @@ fn perf_metadata_counts_the_commits_it_claims() {
 #[test]
 fn binary_payloads_round_trip_as_hex_and_base64() {
     let n = TestNode::start();
-    let o = zper(&[
-        "produce",
-        "-t",
-        "bin",
-        "-w",
-        &n.writer,
-        "-m",
-        "2",
-        "--payload",
-        "hex",
-        "00ff0a09",
-    ]);
-    assert!(o.status.success(), "{o:?}");
-    let o = zper(&[
-        "produce",
-        "-t",
-        "bin",
-        "-w",
-        &n.writer,
-        "-m",
-        "2",
-        "--payload",
-        "base64",
-        "gAE=",
-    ]);
-    assert!(o.status.success(), "{o:?}");
+    for (encoding, payload) in [("hex", "00ff0a09"), ("base64", "gAE=")] {
+        let o = zper(&[
+            "produce",
+            "-t",
+            "bin",
+            "-w",
+            &n.writer,
+            "-m",
+            "2",
+            "--payload",
+            encoding,
+            payload,
+        ]);
+        assert!(o.status.success(), "{o:?}");
+    }
     // The stored frames are the bytes, not the text.
     assert!(eventually(
         || n.read_all("bin").len() == (2 + 1 + 2 + 4) + (2 + 1 + 2 + 2)

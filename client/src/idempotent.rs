@@ -15,9 +15,9 @@ use zper_wire::{AckMode, ReaderReply, ReaderRequest, Status};
 
 use crate::{identity, ClientError};
 
-/// Messages a mode-1 idempotent producer sends before it waits for acks (the node reads at
-/// most 4,096 unanswered messages of a connection).
-pub const MAX_IN_FLIGHT: usize = 4096;
+/// Messages a mode-1 idempotent producer keeps sent and unacknowledged (a copy of each, to
+/// send again); at this many it waits until half are acknowledged.
+pub const MAX_IN_FLIGHT: usize = 65_536;
 
 /// An idempotent message id: the first frame of the message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -305,12 +305,7 @@ impl IdempotentProducer {
                     })
                 }
                 Some(Reply::Refused(..)) | None => {
-                    if started.elapsed() > self.opts.deadline {
-                        return Err(ClientError::Timeout {
-                            endpoint: self.endpoints[self.at].clone(),
-                            timeout_ms: self.opts.deadline.as_millis() as u64,
-                        });
-                    }
+                    self.check_deadline(started)?;
                     self.failover()?;
                     self.resend_unacked()?;
                 }
@@ -347,12 +342,7 @@ impl IdempotentProducer {
                 }
                 Some(Reply::Refused(_, s, _, _)) if s != seq => continue,
                 Some(Reply::Refused(..)) | None => {
-                    if started.elapsed() > self.opts.deadline {
-                        return Err(ClientError::Timeout {
-                            endpoint: self.endpoints[self.at].clone(),
-                            timeout_ms: self.opts.deadline.as_millis() as u64,
-                        });
-                    }
+                    self.check_deadline(started)?;
                     self.failover()?;
                     self.resent += 1;
                     self.transmit(seq, frames)?;
@@ -384,6 +374,17 @@ impl IdempotentProducer {
         for (seq, frames) in queued {
             self.resent += 1;
             self.transmit(seq, &frames)?;
+        }
+        Ok(())
+    }
+
+    /// [`ClientError::Timeout`] once the deadline passed since `started`.
+    fn check_deadline(&self, started: Instant) -> Result<(), ClientError> {
+        if started.elapsed() > self.opts.deadline {
+            return Err(ClientError::Timeout {
+                endpoint: self.endpoints[self.at].clone(),
+                timeout_ms: self.opts.deadline.as_millis() as u64,
+            });
         }
         Ok(())
     }

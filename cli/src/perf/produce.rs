@@ -41,7 +41,7 @@ pub struct ProduceArgs {
     #[arg(long, default_value = "30s", value_parser = crate::duration::parse_duration)]
     pub timeout: std::time::Duration,
     /// Idempotent producers (modes 1 and 2; docs/protocol.md): each message id is
-    /// `[producer id][sequence]` and the leader stores each once (mode 1 keeps at most 4,096
+    /// `[producer id][sequence]` and the leader stores each once (mode 1 keeps at most 65,536
     /// in flight, whatever --window says).
     #[arg(long)]
     pub idempotent: bool,

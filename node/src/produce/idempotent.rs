@@ -78,15 +78,15 @@ pub(crate) struct Admitted {
     /// The bytes to append and their appends (`bytes_end` relative to `bytes`, base 0).
     pub(crate) bytes: Vec<u8>,
     pub(crate) appends: Vec<Append>,
-    /// For each idempotent append kept: its index in `appends`, producer id and sequence.
+    /// For each idempotent message kept: where it ends in `bytes`, producer id and sequence.
     pub(crate) taken: Vec<(usize, ProducerId, u64)>,
     pub(crate) not_appended: Vec<NotAppended>,
 }
 
-/// Admits the run `run` (its bytes `bytes` start at batch offset `base`): idempotent
-/// messages (one per append; the front never joins them) that are new are kept, duplicates
-/// and out-of-sequence ones are taken out, and so is an idempotent message whose id is not
-/// `[producer id:16][sequence:8]` (102). Other producers' messages are kept as they are.
+/// Admits the run `run` (its bytes `bytes` start at batch offset `base`): each message of an
+/// idempotent producer (read from the records, so the front may join them into runs) that is
+/// new is kept, duplicates and out-of-sequence ones are taken out, and so is one whose id is
+/// not `[producer id:16][sequence:8]` (102). Other producers' messages are kept as they are.
 pub(crate) fn admit(
     window: &mut Window,
     run: &[Append],
@@ -104,40 +104,68 @@ pub(crate) fn admit(
     for a in run {
         let slice = &bytes[start - base..a.bytes_end - base];
         start = a.bytes_end;
-        let keep = |out: &mut Admitted| {
-            out.bytes.extend_from_slice(slice);
-            out.appends.push(Append {
-                producer: a.producer.clone(),
-                bytes_end: out.bytes.len(),
-                messages: a.messages,
-                last_id: a.last_id.clone(),
-            });
-        };
         if !a.producer.idempotent {
-            keep(&mut out);
+            keep(&mut out, a, slice, a.messages, &a.last_id);
             continue;
         }
-        let outcome = match parse_id(&a.last_id) {
-            None => Outcome::Refused(Status::InvalidCommand, None),
-            Some((pid, seq)) => match window.admit(&pid, seq, now) {
-                Verdict::New => {
-                    keep(&mut out);
-                    out.taken.push((out.appends.len() - 1, pid, seq));
-                    continue;
-                }
-                Verdict::Duplicate(end) => Outcome::Duplicate(end),
-                Verdict::OutOfSequence { expected } => {
-                    Outcome::Refused(Status::OutOfSequence, Some(expected))
-                }
-            },
-        };
-        out.not_appended.push(NotAppended {
-            producer: a.producer.clone(),
-            message_id: a.last_id.clone(),
-            outcome,
-        });
+        // Message by message: (start, end) in `slice` and the first frame.
+        let (mut at, mut pos, mut id): (usize, usize, Option<&[u8]>) = (0, 0, None);
+        for rec in zper_wire::Records::new(slice) {
+            id.get_or_insert(rec.payload);
+            pos += rec.stored_len();
+            if rec.more {
+                continue;
+            }
+            let message = &slice[at..pos];
+            let message_id = id.take().unwrap_or_default();
+            at = pos;
+            let outcome = match parse_id(message_id) {
+                None => Outcome::Refused(Status::InvalidCommand, None),
+                Some((pid, seq)) => match window.admit(&pid, seq, now) {
+                    Verdict::New => {
+                        keep(&mut out, a, message, 1, message_id);
+                        out.taken.push((out.bytes.len(), pid, seq));
+                        continue;
+                    }
+                    Verdict::Duplicate(end) => Outcome::Duplicate(end),
+                    Verdict::OutOfSequence { expected } => {
+                        Outcome::Refused(Status::OutOfSequence, Some(expected))
+                    }
+                },
+            };
+            out.not_appended.push(NotAppended {
+                producer: a.producer.clone(),
+                message_id: message_id.to_vec(),
+                outcome,
+            });
+        }
     }
     out
+}
+
+/// Appends `bytes` (`messages` messages of `a`'s producer, the newest with id `last_id`) to
+/// what is kept: consecutive kept messages of one per-flush producer form one run (one waiter,
+/// its ack naming the newest), as the front joins them.
+fn keep(out: &mut Admitted, a: &Append, bytes: &[u8], messages: u64, last_id: &[u8]) {
+    out.bytes.extend_from_slice(bytes);
+    let end = out.bytes.len();
+    match out.appends.last_mut() {
+        Some(last)
+            if Arc::ptr_eq(&last.producer, &a.producer)
+                && a.producer.mode != AckMode::PerMessage =>
+        {
+            last.bytes_end = end;
+            last.messages += messages;
+            last.last_id.clear();
+            last.last_id.extend_from_slice(last_id);
+        }
+        _ => out.appends.push(Append {
+            producer: a.producer.clone(),
+            bytes_end: end,
+            messages,
+            last_id: last_id.to_vec(),
+        }),
+    }
 }
 
 /// What became of an idempotent message, as far as the newest [`SCAN_BYTES`] of a log tell.
@@ -228,11 +256,9 @@ impl super::worker::Worker {
         let Some(fw) = work.window.as_mut() else {
             return;
         };
-        for (i, pid, seq) in &admitted.taken {
+        for (end, pid, seq) in &admitted.taken {
             match start {
-                Some(s) => fw
-                    .window
-                    .stored(pid, *seq, s + admitted.appends[*i].bytes_end as u64),
+                Some(s) => fw.window.stored(pid, *seq, s + *end as u64),
                 None => fw.window.failed(pid, *seq),
             }
         }

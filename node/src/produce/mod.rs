@@ -79,7 +79,7 @@ pub(crate) struct WriteBatch {
 impl WriteBatch {
     /// Counts the message just appended (its records end at `bytes.len()`, `id` is its first
     /// frame): it joins the producer's run at the end of the batch unless the producer wants
-    /// an ack per message or is idempotent (each message is then admitted on its own).
+    /// an ack per message (an idempotent producer's run is admitted message by message).
     pub(crate) fn record(&mut self, producer: &Arc<Producer>, id: &[u8]) {
         let end = self.bytes.len();
         note(&mut self.appends, end, producer, id);
@@ -96,9 +96,7 @@ impl WriteBatch {
 fn note(appends: &mut Vec<Append>, end: usize, producer: &Arc<Producer>, id: &[u8]) {
     match appends.last_mut() {
         Some(last)
-            if Arc::ptr_eq(&last.producer, producer)
-                && producer.mode != AckMode::PerMessage
-                && !producer.idempotent =>
+            if Arc::ptr_eq(&last.producer, producer) && producer.mode != AckMode::PerMessage =>
         {
             last.bytes_end = end;
             last.messages += 1;
