@@ -163,7 +163,7 @@ pub fn check(cluster: &Cluster, acked: &Acked) -> CheckReport {
         .collect();
     r.duplicated = dup.len();
     // Idempotent producer: every sequence at most once, every acknowledged one with its payload.
-    r.idempotent_acked = acked.idempotent.len();
+    r.idempotent_acked = acked.idempotent.len() + acked.idempotent_mode1.len();
     let (mut idem_lost, mut idem_dup) = (BTreeSet::new(), BTreeSet::new());
     for log in &logs {
         let mut seen: BTreeMap<([u8; 16], u64), u64> = BTreeMap::new();
@@ -176,6 +176,10 @@ pub fn check(cluster: &Cluster, acked: &Acked) -> CheckReport {
             if seen.get(key) != Some(payload) {
                 idem_lost.insert(*key);
             }
+        }
+        let payloads: BTreeSet<u64> = seen.values().copied().collect();
+        for payload in acked.idempotent_mode1.difference(&payloads) {
+            idem_lost.insert(([0; 16], *payload));
         }
     }
     r.idempotent_lost = idem_lost.len();

@@ -6,6 +6,9 @@
 //!   every node in turn, recording every acknowledged id;
 //! - an idempotent mode-2 producer (issue #18) sending through every node in turn, each
 //!   message sent again until durable, recording every acknowledged (sequence, payload);
+//! - an idempotent mode-1 producer (issue #18): windows of 20 through every node in turn,
+//!   each flushed (sent again until acknowledged), recording the payloads of every window
+//!   whose flush succeeded;
 //! - a Dolly client putting one new key per request through every node in turn, recording
 //!   every success;
 //! - an admin client creating topics through every node in turn, recording every 201;
@@ -24,7 +27,7 @@ use std::time::{Duration, Instant};
 use zper_client::admin::CreateTopicRequest;
 use zper_client::dolly::DollyReply;
 use zper_client::{
-    AckMode, AdminClient, DollyClient, IdempotentOptions, IdempotentProducer, Producer,
+    AckMode, AdminClient, DollyClient, IdempotentOptions, IdempotentProducer, PlainProducer,
     ProducerOptions, ReaderClient,
 };
 use zper_wire::{Identity, Records};
@@ -47,6 +50,9 @@ pub struct Acked {
     pub mode1: BTreeMap<u64, usize>,
     /// The idempotent producer's acknowledged messages: (producer id, sequence) -> payload id.
     pub idempotent: BTreeMap<([u8; 16], u64), u64>,
+    /// The idempotent mode-1 producer's acknowledged payload ids (its ids may change when it
+    /// goes on under a new producer id, so the payload is what is checked).
+    pub idempotent_mode1: BTreeSet<u64>,
     /// Dolly Puts answered with a sequence: key -> value.
     pub puts: BTreeMap<Vec<u8>, Vec<u8>>,
     /// Topics whose creation was answered 201.
@@ -89,10 +95,10 @@ fn identity(mode: u8, n: u64) -> Vec<u8> {
 
 /// A producer for [`TOPIC`] with a known identity (`n` in its UUID) connected to `at`:
 /// 3 s for a reply, 1 s to queue a message, nothing kept after a close.
-fn producer(ctx: &zmq::Context, mode: AckMode, n: u64, at: &str) -> Option<Producer> {
+fn producer(ctx: &zmq::Context, mode: AckMode, n: u64, at: &str) -> Option<PlainProducer> {
     let mut opts = ProducerOptions::new(TOPIC, mode).timeout(Duration::from_secs(3));
     opts.identity = Some(identity(mode.to_byte(), n));
-    let p = Producer::connect(ctx, &[at.to_owned()], &opts).ok()?;
+    let p = PlainProducer::connect(ctx, &[at.to_owned()], &opts).ok()?;
     p.socket().set_linger(0).ok()?;
     p.socket().set_sndtimeo(1000).ok()?;
     Some(p)
@@ -130,6 +136,12 @@ impl Workload {
             let (ips, stop, acked, ids) = (ips.clone(), stop.clone(), acked.clone(), ids.clone());
             workers.push(run(Box::new(move || {
                 idempotent(&ips, &stop, &acked, &ids, deadline)
+            })));
+        }
+        {
+            let (ips, stop, acked, ids) = (ips.clone(), stop.clone(), acked.clone(), ids.clone());
+            workers.push(run(Box::new(move || {
+                idempotent_mode1(&ips, &stop, &acked, &ids, deadline)
             })));
         }
         {
@@ -272,6 +284,46 @@ fn idempotent(
             }
         }
         next = p.next_id().sequence;
+    }
+}
+
+/// An idempotent mode-1 producer (issue #18): per window a fresh producer (its first
+/// sequence 0), 20 messages, then a flush that sends again whatever is not acknowledged
+/// (following the nodes' current addresses) for up to 10 s. Only a window whose flush
+/// returned counts as acknowledged: acks name sequences, and a sequence is stored only after
+/// every earlier one, so no ack can cover a message lost in flight.
+fn idempotent_mode1(
+    ips: &Mutex<Vec<String>>,
+    stop: &AtomicBool,
+    acked: &Mutex<Acked>,
+    ids: &AtomicU64,
+    deadline: Instant,
+) {
+    let ctx = zmq::Context::new();
+    let mut turn = 0u64;
+    while running(stop, deadline) {
+        turn += 1;
+        let writers: Vec<String> = (0..3)
+            .map(|k| format!("tcp://{}:{WRITER}", ip(ips, turn + k)))
+            .collect();
+        let mut opts = IdempotentOptions::new(TOPIC, AckMode::PerFlush);
+        opts.timeout = Duration::from_secs(1);
+        opts.deadline = Duration::from_secs(10);
+        let Ok(mut p) = IdempotentProducer::connect(&ctx, &writers, opts) else {
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        };
+        let window: Vec<u64> = (0..20)
+            .map(|_| ids.fetch_add(1, Ordering::Relaxed))
+            .collect();
+        let sent = window
+            .iter()
+            .all(|payload| p.send(&[&payload.to_be_bytes()[..]]).is_ok());
+        if sent && p.flush().is_ok() {
+            if let Ok(mut a) = acked.lock() {
+                a.idempotent_mode1.extend(window);
+            }
+        }
     }
 }
 

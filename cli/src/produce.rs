@@ -7,7 +7,8 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 
 use zper_client::{
-    endpoint, AckMode, Endpoints, IdempotentOptions, IdempotentProducer, Producer, ProducerOptions,
+    endpoint, AckMode, Endpoints, IdempotentOptions, IdempotentProducer, PlainProducer,
+    ProducerOptions,
 };
 
 use crate::duration::parse_duration;
@@ -69,7 +70,7 @@ pub fn run(args: ProduceArgs, targets: &Endpoints) -> Result<()> {
     let ep = endpoint(args.writer.as_deref().unwrap_or(&targets.writer));
     let opts =
         ProducerOptions::new(&args.topic, AckMode::from_byte(args.mode)).timeout(args.timeout);
-    let producer = Producer::connect(&ctx, &[ep], &opts)?;
+    let producer = PlainProducer::connect(&ctx, &[ep], &opts)?;
     for (i, payload) in payloads.iter().enumerate() {
         let id = i.to_string();
         producer

@@ -249,3 +249,106 @@ fn zper_produce_idempotent_stores_each_message_once_with_a_24_byte_id() {
         .collect();
     assert_eq!(seqs, [0, 1, 0, 1]);
 }
+
+#[test]
+fn a_producer_the_leader_does_not_know_must_start_at_0() {
+    // Its message 0 "died in flight" on a broken connection: message 1, arriving first,
+    // must not be stored (a mode-1 ack for it would cover 0).
+    let n = TestNode::start();
+    let ctx = zmq::Context::new();
+    let w = client(
+        &ctx,
+        zmq::DEALER,
+        &idempotent_identity("fresh", 0x41),
+        &n.writer,
+    );
+    w.send_multipart([&id(1)[..], b"m"], 0).expect("send");
+    let reply = w.recv_multipart(0).expect("a refusal");
+    assert_eq!(reply, [id(1), vec![106], 0u64.to_be_bytes().to_vec()]);
+    for seq in [0u64, 1] {
+        w.send_multipart([&id(seq)[..], b"m"], 0).expect("send");
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        assert!(Instant::now() < deadline, "no ack for 1");
+        if w.recv_multipart(0).is_ok_and(|r| r == [id(1)]) {
+            break;
+        }
+    }
+    assert_eq!(sequences(&n.wait_readable("fresh", 1)), [0, 1]);
+}
+
+/// The whole messages of a log, as frames.
+fn messages(log: &[u8]) -> Vec<Vec<Vec<u8>>> {
+    let mut out = Vec::new();
+    let mut frames = Vec::new();
+    for rec in zper_wire::Records::new(log) {
+        frames.push(rec.payload.to_vec());
+        if !rec.more {
+            out.push(std::mem::take(&mut frames));
+        }
+    }
+    out
+}
+
+#[test]
+fn zper_clients_producer_is_idempotent_by_default_and_retries_on_the_next_writer() {
+    use zper_client::{AckMode, Producer, ProducerOptions};
+    let n = TestNode::start();
+    let ctx = zmq::Context::new();
+    // The first writer is down: the first attempt times out and the producer moves on.
+    let dead = format!("tcp://127.0.0.1:{}", free_port());
+    let writers = [dead, n.writer.clone()];
+    for (topic, mode) in [("dflt2", AckMode::PerMessage), ("dflt1", AckMode::PerFlush)] {
+        let opts = ProducerOptions::new(topic, mode).timeout(Duration::from_millis(300));
+        let mut p = Producer::connect(&ctx, &writers, &opts).expect("producer");
+        assert!(p.is_idempotent(), "{mode:?}");
+        let ids: Vec<u64> = (0..5u8)
+            .map(|i| p.send(&[&[i][..]]).expect("sent").sequence)
+            .collect();
+        assert_eq!(ids, [0, 1, 2, 3, 4]);
+        p.flush().expect("every message acknowledged");
+        let log = n.wait_readable(topic, 5 * (2 + 24 + 2 + 1));
+        let stored = messages(&log);
+        let bodies: Vec<Vec<u8>> = stored.iter().map(|m| m[1].clone()).collect();
+        assert_eq!(bodies, (0..5u8).map(|i| vec![i]).collect::<Vec<_>>());
+        assert!(stored.iter().all(|m| m.len() == 2 && m[0].len() == 24));
+    }
+    let plain = ProducerOptions::new("dflt0", AckMode::PerMessage).plain();
+    let p = Producer::connect(&ctx, &[n.writer.clone()], &plain).expect("producer");
+    assert!(!p.is_idempotent());
+}
+
+#[test]
+fn a_mode_1_producer_the_leader_forgot_goes_on_under_a_new_producer_id() {
+    use zper_client::{AckMode, IdempotentOptions, IdempotentProducer};
+    let n = TestNode::start();
+    let ctx = zmq::Context::new();
+    // A producer resuming at sequence 7 the node has no memory of (its earlier messages were
+    // lost, or forgotten): 106 with expected 0, below anything it holds.
+    let mut opts = IdempotentOptions::new("forgot", AckMode::PerFlush);
+    opts.first_sequence = 7;
+    opts.timeout = Duration::from_millis(500);
+    opts.deadline = Duration::from_secs(20);
+    let mut p = IdempotentProducer::connect(&ctx, &[n.writer.clone()], opts).expect("producer");
+    for i in 0..3u8 {
+        p.send(&[&[i][..]]).expect("queued");
+    }
+    p.flush().expect("acknowledged under a new producer id");
+    assert_eq!(p.renumbered, 3);
+    let next = p.next_id();
+    assert_eq!(next.sequence, 3);
+    let stored = messages(&n.wait_readable("forgot", 3 * (2 + 24 + 2 + 1)));
+    let ids: Vec<Vec<u8>> = stored.iter().map(|m| m[0].clone()).collect();
+    let expected: Vec<Vec<u8>> = (0..3u64)
+        .map(|s| {
+            zper_client::MessageId {
+                producer: next.producer,
+                sequence: s,
+            }
+            .to_bytes()
+            .to_vec()
+        })
+        .collect();
+    assert_eq!(ids, expected, "0, 1, 2 of the new producer id, each once");
+}

@@ -169,6 +169,9 @@ pub struct IdempotentProducer {
     unacked: VecDeque<(u64, Vec<Vec<u8>>)>,
     /// Messages sent again (after a timeout, a refusal or a reconnect).
     pub resent: u64,
+    /// Mode 1: messages that went on under a new producer id after a gap that could not be
+    /// filled (the ids [`IdempotentProducer::send`] returned for them are void).
+    pub renumbered: u64,
 }
 
 impl IdempotentProducer {
@@ -219,6 +222,7 @@ impl IdempotentProducer {
             opts,
             unacked: VecDeque::new(),
             resent: 0,
+            renumbered: 0,
         })
     }
 
@@ -290,11 +294,13 @@ impl IdempotentProducer {
                     }
                 }
                 Some(Reply::Refused(_, _, Status::OutOfSequence, expected)) => {
-                    // A gap: messages were lost in flight. Resend from the expected one
-                    // (the earlier ones are stored).
-                    let from = expected.unwrap_or(first);
-                    while self.unacked.front().is_some_and(|(s, _)| *s < from) {
-                        self.unacked.pop_front();
+                    // A gap: messages were lost in flight. Those before `expected` are
+                    // stored but maybe not durable yet: send every unacknowledged one again
+                    // (the stored ones are only acknowledged). A gap before the first one
+                    // kept (a message that failed for good, or a producer the node forgot)
+                    // cannot be filled: go on under a new producer id.
+                    if expected.is_some_and(|e| e < first) {
+                        self.renumber();
                     }
                     self.resend_unacked()?;
                 }
@@ -367,6 +373,18 @@ impl IdempotentProducer {
             Ok(()) | Err(zmq::Error::EAGAIN) => Ok(()), // EAGAIN: the wait times out, then resends
             Err(e) => Err(ClientError::zmq("send to writer", &self.endpoints[self.at])(e)),
         }
+    }
+
+    /// Mode 1 after a gap it cannot fill: a new producer id, and the unacknowledged messages
+    /// renumbered from 0 under it ([`IdempotentProducer::next_id`] follows; ids returned by
+    /// earlier sends are void, counted in `renumbered`).
+    fn renumber(&mut self) {
+        self.producer = crate::random_uuid();
+        self.renumbered += self.unacked.len() as u64;
+        for (seq, (s, _)) in self.unacked.iter_mut().enumerate() {
+            *s = seq as u64;
+        }
+        self.next = self.unacked.len() as u64;
     }
 
     fn resend_unacked(&mut self) -> Result<(), ClientError> {

@@ -2,11 +2,13 @@
 //! over the frames of `zper-wire` and libzmq, with no server code: this crate compiles neither
 //! RocksDB, openraft nor axum.
 //!
-//! - [`Producer`]: writes messages in ack mode 0 (none), 1 (one ack per flush, DEALER) or 2 (one
-//!   reply per message, REQ) (`zper.md` §4); refusals come back as [`ClientError::Refused`]
-//!   with the typed [`Status`].
-//! - [`IdempotentProducer`]: modes 1 and 2 with every message stored once however often it
-//!   is sent again (issue #18), and [`idempotent::produced`] to ask what became of one.
+//! - [`Producer`]: writes messages in ack mode 0 (none), 1 (one ack per flush) or 2 (one reply
+//!   per message) (`zper.md` §4); idempotent by default in modes 1 and 2: every message is
+//!   stored once however often it is sent again, and it is sent again until acknowledged
+//!   (issue #18). [`idempotent::produced`] asks what became of one.
+//! - [`PlainProducer`]: the original ZPER producer, with the caller's message ids and no
+//!   retries; refusals come back as [`ClientError::Refused`] with the typed [`Status`].
+//! - [`IdempotentProducer`]: the idempotent one on its own, with its knobs.
 //! - [`ReaderClient`]: OFFSET and FETCH (`zper.md` §5), [`fetch_messages`] to read a range.
 //! - [`Subscriber`] and [`ResultsListener`]: subscription groups and results (`pirius.md`).
 //! - [`DollyClient`]: Dolly's Get and Put (`dolly.md` §6).
@@ -20,10 +22,12 @@
 //! # fn main() -> Result<(), zper_client::ClientError> {
 //! let ctx = zmq::Context::new();
 //! let node = Endpoints::local();
-//! // Mode 2: every send returns once the message is durable on min_insync replicas.
+//! // Mode 2: every send returns once the message is durable on min_insync replicas; it is
+//! // sent again after a timeout or a failover, and stored once.
 //! let opts = ProducerOptions::new("orders", AckMode::PerMessage);
-//! let producer = Producer::connect(&ctx, &[node.writer.clone()], &opts)?;
-//! producer.send(&[&b"id-1"[..], b"hello"])?;
+//! let mut producer = Producer::connect(&ctx, &[node.writer.clone()], &opts)?;
+//! let id = producer.send(&[b"hello"])?; // the message is [id:24]["hello"]
+//! println!("stored as sequence {}", id.sequence);
 //!
 //! let reader = ReaderClient::connect(&ctx, &node.reader, "orders", Duration::from_secs(5))?;
 //! let start = reader.offset(zper_client::Timestamp::Earliest)?;
@@ -40,6 +44,8 @@ pub mod dolly;
 pub mod endpoints;
 pub mod error;
 pub mod idempotent;
+pub mod options;
+pub mod plain;
 pub mod producer;
 pub mod reader;
 pub mod results;
@@ -50,7 +56,9 @@ pub use dolly::{DollyClient, DollyReply};
 pub use endpoints::{connectable, endpoint, identity, random_uuid, Endpoints};
 pub use error::ClientError;
 pub use idempotent::{IdempotentOptions, IdempotentProducer, MessageId, Produced};
-pub use producer::{Producer, ProducerOptions};
+pub use options::ProducerOptions;
+pub use plain::PlainProducer;
+pub use producer::Producer;
 pub use reader::{fetch_messages, ReaderClient};
 pub use results::ResultsListener;
 pub use subscriber::{Event, Subscriber, SubscriberError, SubscriberOptions};

@@ -1,240 +1,135 @@
-//! A ZPER producer (spec `zper.md` §4): one DEALER (modes 0 and 1) or REQ (mode 2) with a ZPER
-//! identity, connected to one or more writers.
+//! zper-client's producer (spec `zper.md` §4, issue #18): idempotent with retries by default.
 //!
-//! Every message is a list of frames; the first frame is the message id the acks echo. Mode 1
-//! acks are `[id]` of the newest durable message of this connection; mode 2 replies `[id]` per
-//! message once durable. A cluster node refuses with `[id][status]` (103, 104, 105, 0xFF;
-//! [`zper_wire::Status`]): [`ClientError::Refused`].
-
-use std::time::Duration;
+//! Every message's first frame is its id, chosen by the producer: `[producer id:16]
+//! [sequence:8]` ([`MessageId`]), followed by the caller's frames. In modes 1 and 2 the
+//! producer is idempotent unless [`ProducerOptions::plain`]: the node stores each id once and
+//! in order, and the producer sends a message again after a timeout, a refusal or a broken
+//! connection (to the next writer given) until it is acknowledged or
+//! [`ProducerOptions::retry_for`] passed (docs/protocol.md "Idempotent producers").
+//! Plain producers (and mode 0) send once; use [`crate::PlainProducer`] to choose your own ids.
 
 use zper_wire::AckMode;
 
-use crate::{identity, ClientError};
-
-/// How a [`Producer`] connects.
-#[derive(Debug, Clone)]
-pub struct ProducerOptions {
-    /// Topic (1-64 ASCII letters or digits).
-    pub topic: String,
-    /// Ack mode.
-    pub mode: AckMode,
-    /// Send, receive and linger timeout; a writer that is not reachable fails a send after it.
-    pub timeout: Duration,
-    /// Queue without a high-water mark (throughput tools): sends never block on a slow writer.
-    pub unbounded: bool,
-    /// The identity to present instead of a fresh one (`topic` and `mode` are then ignored for
-    /// it): tests and tools that need a known UUID.
-    pub identity: Option<Vec<u8>>,
-}
-
-impl ProducerOptions {
-    /// Options for `topic` in `mode` with a 10 s timeout.
-    pub fn new(topic: &str, mode: AckMode) -> Self {
-        ProducerOptions {
-            topic: topic.to_owned(),
-            mode,
-            timeout: Duration::from_secs(10),
-            unbounded: false,
-            identity: None,
-        }
-    }
-
-    /// The same with `timeout`.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-}
+use crate::plain::PlainProducer;
+use crate::ProducerOptions;
+use crate::{identity, ClientError, IdempotentOptions, IdempotentProducer, MessageId};
 
 /// A connected producer. Not `Sync` (a zmq socket): use it from one thread.
 pub struct Producer {
-    socket: zmq::Socket,
-    mode: AckMode,
-    endpoints: String,
-    timeout_ms: u64,
+    inner: Inner,
 }
 
-fn millis(d: Duration) -> i32 {
-    d.as_millis().min(i32::MAX as u128) as i32
+enum Inner {
+    Idempotent(IdempotentProducer),
+    Plain {
+        producer: PlainProducer,
+        /// The identity's UUID: the producer id of the ids this producer chooses.
+        id: [u8; 16],
+        next: u64,
+        /// Mode 1: the newest id sent and not yet known acknowledged.
+        unacked: Option<Vec<u8>>,
+    },
 }
 
 impl Producer {
-    /// Connects to every writer of `endpoints` (`tcp://host:port`); messages go round-robin
-    /// to the live ones, only to connections that are up (`ZMQ_IMMEDIATE`).
+    /// Connects to the writers of `endpoints` (`tcp://host:port`, nodes of one cluster). An
+    /// idempotent producer talks to one at a time and moves to the next after a failure; a
+    /// plain one sends round-robin to all of them.
     ///
-    /// Errors: an invalid topic ([`ClientError::Invalid`]); libzmq refusing an endpoint.
+    /// Errors: an invalid topic or identity ([`ClientError::Invalid`]); libzmq refusing an
+    /// endpoint.
     pub fn connect(
         ctx: &zmq::Context,
         endpoints: &[String],
         opts: &ProducerOptions,
     ) -> Result<Producer, ClientError> {
-        let joined = endpoints.join(",");
-        let z = |what| ClientError::zmq(what, &joined);
-        let kind = if opts.mode == AckMode::PerMessage {
-            zmq::REQ
-        } else {
-            zmq::DEALER
-        };
-        let socket = ctx.socket(kind).map_err(z("socket for writer"))?;
-        let id = match &opts.identity {
-            Some(id) => id.clone(),
+        if opts.idempotent && opts.mode != AckMode::None {
+            let mut o = IdempotentOptions::new(&opts.topic, opts.mode);
+            o.timeout = o.timeout.min(opts.timeout);
+            o.deadline = opts.retry_for;
+            o.identity = opts.identity.clone();
+            let inner = Inner::Idempotent(IdempotentProducer::connect(ctx, endpoints, o)?);
+            return Ok(Producer { inner });
+        }
+        let ident = match &opts.identity {
+            Some(i) => i.clone(),
             None => identity(&opts.topic, opts.mode.to_byte())?,
         };
-        let timeout = millis(opts.timeout);
-        socket.set_identity(&id).map_err(z("identity for writer"))?;
-        if opts.unbounded {
-            socket.set_sndhwm(0).map_err(z("sndhwm for writer"))?;
-        }
-        // Queue only on a live connection and give up after the timeout, instead of waiting
-        // forever for a node that is down.
-        socket.set_immediate(true).map_err(z("immediate"))?;
-        socket.set_sndtimeo(timeout).map_err(z("sndtimeo"))?;
-        socket.set_linger(timeout).map_err(z("linger"))?;
-        socket.set_rcvtimeo(timeout).map_err(z("rcvtimeo"))?;
-        for ep in endpoints {
-            socket
-                .connect(ep)
-                .map_err(ClientError::zmq("connect to writer", ep))?;
-        }
+        let id = ident
+            .len()
+            .checked_sub(16)
+            .and_then(|at| <[u8; 16]>::try_from(&ident[at..]).ok())
+            .ok_or_else(|| ClientError::Invalid("identity without a 16-byte uuid".into()))?;
+        let mut o = opts.clone();
+        o.identity = Some(ident);
+        let producer = PlainProducer::connect(ctx, endpoints, &o)?;
         Ok(Producer {
-            socket,
-            mode: opts.mode,
-            endpoints: joined,
-            timeout_ms: opts.timeout.as_millis() as u64,
+            inner: Inner::Plain {
+                producer,
+                id,
+                next: 0,
+                unacked: None,
+            },
         })
     }
 
-    /// The socket, for callers that poll it with others.
-    pub fn socket(&self) -> &zmq::Socket {
-        &self.socket
+    /// Whether messages are stored once however often they are sent (issue #18).
+    pub fn is_idempotent(&self) -> bool {
+        matches!(self.inner, Inner::Idempotent(_))
     }
 
-    /// The ack mode.
-    pub fn mode(&self) -> AckMode {
-        self.mode
-    }
-
-    /// Queues one message (`frames[0]` is its id). In mode 2 this waits for the message's
-    /// reply: `Ok` means it is durable.
+    /// Sends one message: its id frame (chosen here, returned), then `frames`.
     ///
-    /// Errors: [`ClientError::Unreachable`] when no writer takes it within the timeout; in
-    /// mode 2 also [`ClientError::Timeout`], [`ClientError::Refused`] and
-    /// [`ClientError::Malformed`].
-    pub fn send(&self, frames: &[&[u8]]) -> Result<(), ClientError> {
-        let Some((id, _)) = frames.split_first() else {
-            return Err(ClientError::Invalid(
-                "a message needs at least its id frame".into(),
-            ));
-        };
-        self.socket.send_multipart(frames, 0).map_err(|e| match e {
-            zmq::Error::EAGAIN => ClientError::Unreachable {
-                endpoint: self.endpoints.clone(),
-                timeout_ms: self.timeout_ms,
-            },
-            e => ClientError::zmq("send to writer", &self.endpoints)(e),
-        })?;
-        if self.mode == AckMode::PerMessage {
-            let mut reply = self.recv(0)?.ok_or_else(|| self.timed_out())?;
-            if reply.len() > 1 && reply[0].is_empty() {
-                reply.remove(0); // a REQ envelope left in
-            }
-            let acked = writer_reply(reply, &self.endpoints)?;
-            if acked != *id {
-                return Err(ClientError::Malformed {
-                    endpoint: self.endpoints.clone(),
-                    detail: format!("reply for {acked:?}, expected {id:?}"),
-                });
+    /// - Mode 2: returns once it is durable (idempotent: after as many attempts as it took).
+    /// - Mode 1: returns once queued; [`Producer::flush`] waits for the acks.
+    /// - Mode 0: returns once queued.
+    ///
+    /// Errors: idempotent: [`ProducerOptions::retry_for`] passed (the last error met), or a
+    /// refusal for good (102). Plain: as [`PlainProducer::send`].
+    pub fn send(&mut self, frames: &[&[u8]]) -> Result<MessageId, ClientError> {
+        match &mut self.inner {
+            Inner::Idempotent(p) => p.send(frames),
+            Inner::Plain {
+                producer,
+                id,
+                next,
+                unacked,
+            } => {
+                let mid = MessageId {
+                    producer: *id,
+                    sequence: *next,
+                };
+                *next += 1;
+                let bytes = mid.to_bytes();
+                let mut all: Vec<&[u8]> = Vec::with_capacity(frames.len() + 1);
+                all.push(&bytes);
+                all.extend_from_slice(frames);
+                producer.send(&all)?;
+                if producer.mode() == AckMode::PerFlush {
+                    *unacked = Some(bytes.to_vec());
+                }
+                Ok(mid)
             }
         }
-        Ok(())
     }
 
-    /// Mode 1: the next ack, the id of the newest message now durable; `Ok(None)` when
-    /// `wait` is false and none is there.
+    /// Mode 1: waits until every message sent is acknowledged (idempotent: sending again
+    /// what the node lacks); plain: until the newest message's ack. Modes 0 and 2: nothing
+    /// to wait for.
     ///
-    /// Errors: [`ClientError::Timeout`] when `wait` and none came within the timeout;
-    /// [`ClientError::Refused`] for a refusal of the message it names.
-    pub fn next_ack(&self, wait: bool) -> Result<Option<Vec<u8>>, ClientError> {
-        match self.recv(if wait { 0 } else { zmq::DONTWAIT })? {
-            Some(reply) => writer_reply(reply, &self.endpoints).map(Some),
-            None if wait => Err(self.timed_out()),
-            None => Ok(None),
-        }
-    }
-
-    /// Mode 1: waits until the ack of message `id` (everything sent before it is then durable).
-    ///
-    /// Errors: as [`Producer::next_ack`] with `wait`.
-    pub fn wait_for_ack(&self, id: &[u8]) -> Result<(), ClientError> {
-        while self.next_ack(true)?.as_deref() != Some(id) {}
-        Ok(())
-    }
-
-    fn timed_out(&self) -> ClientError {
-        ClientError::Timeout {
-            endpoint: self.endpoints.clone(),
-            timeout_ms: self.timeout_ms,
-        }
-    }
-
-    fn recv(&self, flags: i32) -> Result<Option<Vec<Vec<u8>>>, ClientError> {
-        match self.socket.recv_multipart(flags) {
-            Ok(frames) => Ok(Some(frames)),
-            Err(zmq::Error::EAGAIN) => Ok(None),
-            Err(e) => Err(ClientError::zmq("receive from writer", &self.endpoints)(e)),
-        }
-    }
-}
-
-/// A writer reply without its envelope: `[id]` is an ack of `id`, `[id][status]` a refusal
-/// (issue #4).
-///
-/// Errors: [`ClientError::Refused`] with the status; [`ClientError::Malformed`] for anything
-/// else.
-pub fn writer_reply(reply: Vec<Vec<u8>>, endpoint: &str) -> Result<Vec<u8>, ClientError> {
-    let mut frames = reply.into_iter();
-    match (frames.next(), frames.next(), frames.next()) {
-        (Some(id), None, None) => Ok(id),
-        (Some(id), Some(status), None) if status.len() == 1 => Err(ClientError::Refused {
-            id,
-            status: status[0],
-        }),
-        (first, second, _) => Err(ClientError::Malformed {
-            endpoint: endpoint.to_owned(),
-            detail: format!("unexpected writer reply {first:?} {second:?}"),
-        }),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn replies_are_acks_refusals_or_malformed() {
-        assert_eq!(
-            writer_reply(vec![b"7".to_vec()], "w").ok(),
-            Some(b"7".to_vec())
-        );
-        match writer_reply(vec![b"7".to_vec(), vec![104]], "w") {
-            Err(e @ ClientError::Refused { .. }) => {
-                assert_eq!(e.status(), Some(zper_wire::Status::NotLeader));
+    /// Errors: idempotent: [`ProducerOptions::retry_for`] passed with messages
+    /// unacknowledged; plain: as [`PlainProducer::wait_for_ack`].
+    pub fn flush(&mut self) -> Result<(), ClientError> {
+        match &mut self.inner {
+            Inner::Idempotent(p) => p.flush(),
+            Inner::Plain {
+                producer, unacked, ..
+            } => {
+                if let Some(last) = unacked.take() {
+                    producer.wait_for_ack(&last)?;
+                }
+                Ok(())
             }
-            other => panic!("{other:?}"),
-        }
-        for bad in [
-            vec![],
-            vec![b"7".to_vec(), vec![1, 2]],
-            vec![vec![1], vec![2], vec![3]],
-        ] {
-            assert!(
-                matches!(
-                    writer_reply(bad.clone(), "w"),
-                    Err(ClientError::Malformed { .. })
-                ),
-                "{bad:?}"
-            );
         }
     }
 }

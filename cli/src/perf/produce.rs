@@ -1,5 +1,5 @@
 //! `zper perf produce` (ProducerPerformance, `zper.md` §10.2): messages of a 5-byte header and
-//! `x` payload through [`zper_client::Producer`]s; with an ack mode only acknowledged-durable
+//! `x` payload through [`zper_client::PlainProducer`]s; with an ack mode only acknowledged-durable
 //! messages count.
 
 use std::time::Instant;
@@ -7,7 +7,8 @@ use std::time::Instant;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use zper_client::{
-    endpoint, AckMode, Endpoints, IdempotentOptions, IdempotentProducer, Producer, ProducerOptions,
+    endpoint, AckMode, Endpoints, IdempotentOptions, IdempotentProducer, PlainProducer,
+    ProducerOptions,
 };
 
 use super::report::{header, interrupted, progress, seq_of, summary, Latencies};
@@ -80,7 +81,7 @@ pub fn run(a: ProduceArgs, targets: &Endpoints) -> Result<()> {
             if idempotent {
                 return idempotent_sender(&ctx, &eps, &opts, per_thread, size, &pb);
             }
-            let producer = Producer::connect(&ctx, &eps, &opts)?;
+            let producer = PlainProducer::connect(&ctx, &eps, &opts)?;
             let payload = vec![b'x'; size];
             // An error after Ctrl-C (EINTR) ends the run with what was counted.
             let stop = |e: zper_client::ClientError| -> Result<()> {
@@ -168,7 +169,7 @@ pub fn run(a: ProduceArgs, targets: &Endpoints) -> Result<()> {
 /// Mode 1: keeps at most `window` messages sent and not yet acknowledged, until all `count`
 /// are acknowledged (or Ctrl-C). Returns how many were acknowledged.
 fn pipelined(
-    producer: &Producer,
+    producer: &PlainProducer,
     count: u64,
     window: u64,
     payload: &[u8],

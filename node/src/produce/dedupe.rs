@@ -10,7 +10,11 @@
 //!
 //! The window is bounded three ways: the newest `per_producer` messages of a producer, those
 //! younger than `max_age`, and `max_producers` producers per fragment (the one unused the
-//! longest is forgotten). A forgotten producer starts afresh at any sequence.
+//! longest is forgotten). A producer whose messages all aged out keeps its next sequence; a
+//! producer the window does not know (new, or forgotten) must start at sequence 0, so a
+//! producer whose first messages were lost in flight is told so instead of having a later
+//! message stored over the gap (an ack for it would cover the lost ones). A forgotten producer
+//! that is past 0 gets 106 with expected 0, and goes on under a new producer id.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -97,6 +101,7 @@ impl Seen {
         self.first + self.ends.len() as u64
     }
 
+    /// Forgets the messages beyond the count and age bounds; `next` stays.
     fn forget_old(&mut self, bounds: &Bounds, now: Instant) {
         while self.ends.len() > bounds.per_producer
             || self
@@ -154,27 +159,34 @@ impl Window {
         self.producers.len()
     }
 
-    /// Decides on message `seq` of `pid`; a [`Verdict::New`] takes the sequence.
+    /// Decides on message `seq` of `pid`; a [`Verdict::New`] takes the sequence. A producer
+    /// the window does not know starts at 0.
     pub(crate) fn admit(&mut self, pid: &ProducerId, seq: u64, now: Instant) -> Verdict {
         let bounds = self.bounds;
-        if let Some(seen) = self.producers.get_mut(pid) {
-            seen.used = now;
-            seen.forget_old(&bounds, now);
-            if seen.ends.is_empty() {
-                self.producers.remove(pid);
-            } else {
-                let next = seen.next();
-                if seq == next {
-                    seen.ends.push_back((None, now));
-                    seen.forget_old(&bounds, now);
-                    return Verdict::New;
-                }
-                if seq >= seen.first && seq < next {
-                    return Verdict::Duplicate(seen.ends[(seq - seen.first) as usize].0);
-                }
-                return Verdict::OutOfSequence { expected: next };
+        let Some(seen) = self.producers.get_mut(pid) else {
+            if seq != 0 {
+                return Verdict::OutOfSequence { expected: 0 };
             }
+            self.start(pid, seq, now);
+            return Verdict::New;
+        };
+        seen.used = now;
+        seen.forget_old(&bounds, now);
+        let next = seen.next();
+        if seq == next {
+            seen.ends.push_back((None, now));
+            seen.forget_old(&bounds, now);
+            return Verdict::New;
         }
+        if seq >= seen.first && seq < next {
+            return Verdict::Duplicate(seen.ends[(seq - seen.first) as usize].0);
+        }
+        Verdict::OutOfSequence { expected: next }
+    }
+
+    /// Remembers `pid` afresh with `seq` taken (its first message, or the first found in the
+    /// log's tail).
+    fn start(&mut self, pid: &ProducerId, seq: u64, now: Instant) {
         self.make_room();
         let mut ends = VecDeque::new();
         ends.push_back((None, now));
@@ -186,7 +198,6 @@ impl Window {
                 used: now,
             },
         );
-        Verdict::New
     }
 
     /// The message admitted as `seq` was stored, ending at `end`.
@@ -199,10 +210,10 @@ impl Window {
     }
 
     /// The message admitted as `seq` was not stored (refused, or the append failed): it and
-    /// every later sequence of the producer are free again.
+    /// every later sequence of the producer are free again (`seq` is the producer's next).
     pub(crate) fn failed(&mut self, pid: &ProducerId, seq: u64) {
         if let Some(seen) = self.producers.get_mut(pid) {
-            if seq <= seen.first {
+            if seq < seen.first {
                 self.producers.remove(pid);
             } else if seq < seen.next() {
                 seen.ends.truncate((seq - seen.first) as usize);
@@ -214,12 +225,13 @@ impl Window {
     /// a sequence that does not follow the producer's newest starts its memory afresh.
     pub(crate) fn found(&mut self, pid: &ProducerId, seq: u64, end: u64, now: Instant) {
         let contiguous = self.producers.get(pid).is_some_and(|s| s.next() == seq);
-        if !contiguous {
+        if contiguous {
+            self.admit(pid, seq, now);
+        } else {
             self.producers.remove(pid);
+            self.start(pid, seq, now);
         }
-        if let Verdict::New = self.admit(pid, seq, now) {
-            self.stored(pid, seq, end);
-        }
+        self.stored(pid, seq, end);
     }
 
     /// What became of `seq` of `pid`.
@@ -288,21 +300,32 @@ mod tests {
     fn a_retry_is_a_duplicate_with_the_first_outcome_and_gaps_are_refused() {
         let now = Instant::now();
         let mut w = Window::new(Bounds::default());
-        assert_eq!(w.admit(&A, 5, now), Verdict::New, "any first sequence");
-        assert_eq!(w.admit(&A, 5, now), Verdict::Duplicate(None), "same batch");
-        w.stored(&A, 5, 100);
-        assert_eq!(w.admit(&A, 6, now), Verdict::New);
-        w.stored(&A, 6, 200);
+        assert_eq!(w.admit(&A, 0, now), Verdict::New);
+        assert_eq!(w.admit(&A, 0, now), Verdict::Duplicate(None), "same batch");
+        w.stored(&A, 0, 100);
+        assert_eq!(w.admit(&A, 1, now), Verdict::New);
+        w.stored(&A, 1, 200);
         for _ in 0..1000 {
-            assert_eq!(w.admit(&A, 5, now), Verdict::Duplicate(Some(100)));
+            assert_eq!(w.admit(&A, 0, now), Verdict::Duplicate(Some(100)));
         }
-        assert_eq!(w.admit(&A, 8, now), Verdict::OutOfSequence { expected: 7 });
-        assert_eq!(w.admit(&A, 4, now), Verdict::OutOfSequence { expected: 7 });
+        assert_eq!(w.admit(&A, 3, now), Verdict::OutOfSequence { expected: 2 });
         assert_eq!(w.admit(&B, 0, now), Verdict::New, "producers are apart");
-        assert_eq!(w.lookup(&A, 6), Lookup::Stored { end: 200 });
-        assert_eq!(w.lookup(&A, 7), Lookup::NotStored);
-        assert_eq!(w.lookup(&A, 4), Lookup::Unknown);
+        assert_eq!(w.lookup(&A, 1), Lookup::Stored { end: 200 });
+        assert_eq!(w.lookup(&A, 2), Lookup::NotStored);
         assert_eq!(w.lookup(&[9; 16], 0), Lookup::Unknown);
+    }
+
+    #[test]
+    fn a_producer_the_window_does_not_know_starts_at_zero() {
+        // Its message 0 lost in flight, message 1 must not be stored over the gap: an ack
+        // for 1 would cover 0.
+        let now = Instant::now();
+        let mut w = Window::new(Bounds::default());
+        assert_eq!(w.admit(&A, 1, now), Verdict::OutOfSequence { expected: 0 });
+        assert_eq!(w.admit(&A, 5, now), Verdict::OutOfSequence { expected: 0 });
+        assert_eq!(w.producers(), 0, "a refusal remembers nothing");
+        assert_eq!(w.admit(&A, 0, now), Verdict::New);
+        assert_eq!(w.admit(&A, 1, now), Verdict::New);
     }
 
     #[test]
@@ -316,8 +339,8 @@ mod tests {
         assert_eq!(w.admit(&A, 5, now), Verdict::OutOfSequence { expected: 3 });
         assert_eq!(w.admit(&A, 3, now), Verdict::New);
         w.failed(&A, 0);
-        assert_eq!(w.producers(), 0);
-        assert_eq!(w.admit(&A, 9, now), Verdict::New);
+        assert_eq!(w.admit(&A, 1, now), Verdict::OutOfSequence { expected: 0 });
+        assert_eq!(w.admit(&A, 0, now), Verdict::New);
     }
 
     #[test]
@@ -341,11 +364,21 @@ mod tests {
             "too old to tell: not stored again"
         );
         let later = t0 + Duration::from_secs(11);
-        assert_eq!(w.admit(&A, 77, later), Verdict::New, "all aged out: afresh");
-        w.admit(&B, 0, later);
-        w.admit(&[3; 16], 0, later + Duration::from_secs(1));
+        assert_eq!(
+            w.admit(&A, 77, later),
+            Verdict::OutOfSequence { expected: 5 },
+            "all aged out: the next sequence stays"
+        );
+        assert_eq!(w.lookup(&A, 4), Lookup::Unknown);
+        assert_eq!(w.admit(&A, 5, later), Verdict::New);
+        w.admit(&B, 0, later + Duration::from_secs(1));
+        w.admit(&[3; 16], 0, later + Duration::from_secs(2));
         assert_eq!(w.producers(), 2, "A, used the longest ago, was forgotten");
-        assert_eq!(w.lookup(&A, 77), Lookup::Unknown);
+        assert_eq!(w.lookup(&A, 5), Lookup::Unknown);
+        assert_eq!(
+            w.admit(&A, 6, later),
+            Verdict::OutOfSequence { expected: 0 }
+        );
     }
 
     #[test]

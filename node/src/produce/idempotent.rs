@@ -75,10 +75,11 @@ pub(crate) enum Outcome {
 /// A run after admission: what to append, and what to answer without appending.
 #[derive(Debug)]
 pub(crate) struct Admitted {
-    /// The bytes to append and their appends (`bytes_end` relative to `bytes`, base 0).
-    pub(crate) bytes: Vec<u8>,
-    pub(crate) appends: Vec<Append>,
-    /// For each idempotent message kept: where it ends in `bytes`, producer id and sequence.
+    /// `None`: every message is kept, append the run as it came. `Some`: the kept bytes and
+    /// their appends (`bytes_end` relative to these bytes, base 0).
+    pub(crate) compacted: Option<(Vec<u8>, Vec<Append>)>,
+    /// For each idempotent message kept: where it ends in the bytes appended (relative to
+    /// their start), producer id and sequence.
     pub(crate) taken: Vec<(usize, ProducerId, u64)>,
     pub(crate) not_appended: Vec<NotAppended>,
 }
@@ -87,6 +88,7 @@ pub(crate) struct Admitted {
 /// idempotent producer (read from the records, so the front may join them into runs) that is
 /// new is kept, duplicates and out-of-sequence ones are taken out, and so is one whose id is
 /// not `[producer id:16][sequence:8]` (102). Other producers' messages are kept as they are.
+/// When all are kept (the common case) nothing is copied.
 pub(crate) fn admit(
     window: &mut Window,
     run: &[Append],
@@ -94,21 +96,20 @@ pub(crate) fn admit(
     base: usize,
     now: Instant,
 ) -> Admitted {
-    let mut out = Admitted {
-        bytes: Vec::with_capacity(bytes.len()),
-        appends: Vec::with_capacity(run.len()),
-        taken: Vec::new(),
-        not_appended: Vec::new(),
-    };
-    let mut start = base;
+    let mut taken = Vec::new();
+    let mut not_appended = Vec::new();
+    // Ranges (relative to `bytes`) of the messages taken out, in order.
+    let mut dropped: Vec<(usize, usize)> = Vec::new();
+    let mut start = 0;
     for a in run {
-        let slice = &bytes[start - base..a.bytes_end - base];
-        start = a.bytes_end;
+        let end = a.bytes_end - base;
+        let run_start = start;
+        start = end;
         if !a.producer.idempotent {
-            keep(&mut out, a, slice, a.messages, &a.last_id);
             continue;
         }
-        // Message by message: (start, end) in `slice` and the first frame.
+        // Message by message: (start, end) in `bytes` and the first frame.
+        let slice = &bytes[run_start..end];
         let (mut at, mut pos, mut id): (usize, usize, Option<&[u8]>) = (0, 0, None);
         for rec in zper_wire::Records::new(slice) {
             id.get_or_insert(rec.payload);
@@ -116,15 +117,14 @@ pub(crate) fn admit(
             if rec.more {
                 continue;
             }
-            let message = &slice[at..pos];
             let message_id = id.take().unwrap_or_default();
+            let range = (run_start + at, run_start + pos);
             at = pos;
             let outcome = match parse_id(message_id) {
                 None => Outcome::Refused(Status::InvalidCommand, None),
                 Some((pid, seq)) => match window.admit(&pid, seq, now) {
                     Verdict::New => {
-                        keep(&mut out, a, message, 1, message_id);
-                        out.taken.push((out.bytes.len(), pid, seq));
+                        taken.push((range.1, pid, seq));
                         continue;
                     }
                     Verdict::Duplicate(end) => Outcome::Duplicate(end),
@@ -133,38 +133,101 @@ pub(crate) fn admit(
                     }
                 },
             };
-            out.not_appended.push(NotAppended {
+            dropped.push(range);
+            not_appended.push(NotAppended {
                 producer: a.producer.clone(),
                 message_id: message_id.to_vec(),
                 outcome,
             });
         }
     }
-    out
+    if dropped.is_empty() {
+        return Admitted {
+            compacted: None,
+            taken,
+            not_appended,
+        };
+    }
+    // Some were taken out: copy the rest, and move each taken end back by the bytes dropped
+    // before it.
+    let mut kept = Kept {
+        bytes: Vec::with_capacity(bytes.len()),
+        appends: Vec::with_capacity(run.len()),
+    };
+    let mut drops = dropped.iter().peekable();
+    let mut start = 0;
+    for a in run {
+        let end = a.bytes_end - base;
+        let slice = &bytes[start..end];
+        let run_start = start;
+        start = end;
+        if !a.producer.idempotent {
+            kept.keep(a, slice, a.messages, &a.last_id);
+            continue;
+        }
+        let (mut at, mut pos, mut id): (usize, usize, Option<&[u8]>) = (0, 0, None);
+        for rec in zper_wire::Records::new(slice) {
+            id.get_or_insert(rec.payload);
+            pos += rec.stored_len();
+            if rec.more {
+                continue;
+            }
+            let message_id = id.take().unwrap_or_default();
+            let range = (run_start + at, run_start + pos);
+            let message = &slice[at..pos];
+            at = pos;
+            if drops.peek() == Some(&&range) {
+                drops.next();
+                continue;
+            }
+            kept.keep(a, message, 1, message_id);
+        }
+    }
+    let mut shift = 0;
+    let mut drops = dropped.iter().peekable();
+    for (end, _, _) in &mut taken {
+        while let Some((s, e)) = drops.next_if(|(s, _)| *s < *end) {
+            shift += e - s;
+        }
+        *end -= shift;
+    }
+    Admitted {
+        compacted: Some((kept.bytes, kept.appends)),
+        taken,
+        not_appended,
+    }
 }
 
-/// Appends `bytes` (`messages` messages of `a`'s producer, the newest with id `last_id`) to
-/// what is kept: consecutive kept messages of one per-flush producer form one run (one waiter,
-/// its ack naming the newest), as the front joins them.
-fn keep(out: &mut Admitted, a: &Append, bytes: &[u8], messages: u64, last_id: &[u8]) {
-    out.bytes.extend_from_slice(bytes);
-    let end = out.bytes.len();
-    match out.appends.last_mut() {
-        Some(last)
-            if Arc::ptr_eq(&last.producer, &a.producer)
-                && a.producer.mode != AckMode::PerMessage =>
-        {
-            last.bytes_end = end;
-            last.messages += messages;
-            last.last_id.clear();
-            last.last_id.extend_from_slice(last_id);
+/// The bytes and appends kept of a run some messages were taken out of.
+struct Kept {
+    bytes: Vec<u8>,
+    appends: Vec<Append>,
+}
+
+impl Kept {
+    /// Appends `bytes` (`messages` messages of `a`'s producer, the newest with id `last_id`):
+    /// consecutive kept messages of one per-flush producer form one run (one waiter, its ack
+    /// naming the newest), as the front joins them.
+    fn keep(&mut self, a: &Append, bytes: &[u8], messages: u64, last_id: &[u8]) {
+        self.bytes.extend_from_slice(bytes);
+        let end = self.bytes.len();
+        match self.appends.last_mut() {
+            Some(last)
+                if Arc::ptr_eq(&last.producer, &a.producer)
+                    && a.producer.mode != AckMode::PerMessage =>
+            {
+                last.bytes_end = end;
+                last.messages += messages;
+                last.last_id.clear();
+                last.last_id.extend_from_slice(last_id);
+            }
+            _ => self.appends.push(Append {
+                producer: a.producer.clone(),
+                bytes_end: end,
+                messages,
+                last_id: last_id.to_vec(),
+            }),
         }
-        _ => out.appends.push(Append {
-            producer: a.producer.clone(),
-            bytes_end: end,
-            messages,
-            last_id: last_id.to_vec(),
-        }),
     }
 }
 
@@ -237,11 +300,16 @@ impl super::worker::Worker {
             base,
             Instant::now(),
         );
-        let messages = admitted.appends.iter().map(|a| a.messages).sum();
-        let start = if admitted.appends.is_empty() {
-            None
-        } else {
-            self.store_run(topic, &admitted.appends, &admitted.bytes, 0, messages)
+        let start = match &admitted.compacted {
+            None => {
+                let messages = run.iter().map(|a| a.messages).sum();
+                self.store_run(topic, run, bytes, base, messages)
+            }
+            Some((_, appends)) if appends.is_empty() => None,
+            Some((kept, appends)) => {
+                let messages = appends.iter().map(|a| a.messages).sum();
+                self.store_run(topic, appends, kept, 0, messages)
+            }
         };
         let durable = if self.acks_leader {
             log.flushed_end()
@@ -361,5 +429,112 @@ pub(crate) fn produced(
             warn!(topic = %key, error = %e, "PRODUCED lookup failed");
             ReaderReply::Status(Status::InternalError)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::produce::dedupe::Bounds;
+
+    const P: ProducerId = [5; 16];
+
+    fn producer(idempotent: bool) -> Arc<Producer> {
+        Arc::new(Producer {
+            routing_id: b"r".to_vec(),
+            topic: Arc::from("t"),
+            mode: AckMode::PerFlush,
+            idempotent,
+            worker: 0,
+        })
+    }
+
+    /// `[id][body]` of sequence `seq`, encoded as stored.
+    fn message(seq: u64, body: &[u8], out: &mut Vec<u8>) -> Vec<u8> {
+        let mut id = P.to_vec();
+        id.extend_from_slice(&seq.to_be_bytes());
+        zper_wire::encode_record(&id, true, out);
+        zper_wire::encode_record(body, false, out);
+        id
+    }
+
+    #[test]
+    fn a_run_of_new_messages_is_appended_as_it_came() {
+        let mut w = Window::new(Bounds::default());
+        let p = producer(true);
+        let mut bytes = b"xx".to_vec(); // the batch before this run (base 2)
+        for seq in 0..3 {
+            message(seq, b"m", &mut bytes);
+        }
+        let run = [Append {
+            producer: p,
+            bytes_end: bytes.len(),
+            messages: 3,
+            last_id: vec![],
+        }];
+        let a = admit(&mut w, &run, &bytes[2..], 2, Instant::now());
+        assert!(a.compacted.is_none(), "nothing copied");
+        let len = (bytes.len() - 2) / 3;
+        let ends: Vec<usize> = a.taken.iter().map(|t| t.0).collect();
+        assert_eq!(ends, [len, 2 * len, 3 * len]);
+        assert!(a.not_appended.is_empty());
+    }
+
+    #[test]
+    fn duplicates_and_gaps_are_taken_out_and_the_rest_keeps_its_order_and_ends() {
+        let mut w = Window::new(Bounds::default());
+        let now = Instant::now();
+        assert_eq!(w.admit(&P, 0, now), Verdict::New);
+        w.stored(&P, 0, 10);
+        let (idem, plain) = (producer(true), producer(false));
+        // Run 1 (idempotent): 0 (duplicate), 1, 5 (gap), 2. Run 2 (plain): one message.
+        let mut bytes = Vec::new();
+        message(0, b"dup", &mut bytes);
+        let one_at = bytes.len();
+        message(1, b"a", &mut bytes);
+        let one_end = bytes.len();
+        message(5, b"gap", &mut bytes);
+        let two_at = bytes.len();
+        let two = message(2, b"b", &mut bytes);
+        let run1_end = bytes.len();
+        zper_wire::encode_record(b"plain", false, &mut bytes);
+        let run = [
+            Append {
+                producer: idem.clone(),
+                bytes_end: run1_end,
+                messages: 4,
+                last_id: two.clone(),
+            },
+            Append {
+                producer: plain,
+                bytes_end: bytes.len(),
+                messages: 1,
+                last_id: b"plain".to_vec(),
+            },
+        ];
+        let a = admit(&mut w, &run, &bytes, 0, now);
+        let (kept, appends) = a.compacted.expect("copied without the two");
+        let mut expected = bytes[one_at..one_end].to_vec();
+        expected.extend_from_slice(&bytes[two_at..]);
+        assert_eq!(kept, expected);
+        let shape: Vec<(usize, u64, Vec<u8>)> = appends
+            .iter()
+            .map(|a| (a.bytes_end, a.messages, a.last_id.clone()))
+            .collect();
+        let first_run = one_end - one_at + run1_end - two_at;
+        assert_eq!(
+            shape,
+            [(first_run, 2, two), (kept.len(), 1, b"plain".to_vec())]
+        );
+        let taken: Vec<(usize, u64)> = a.taken.iter().map(|t| (t.0, t.2)).collect();
+        assert_eq!(taken, [(one_end - one_at, 1), (first_run, 2)]);
+        let outcomes: Vec<Outcome> = a.not_appended.iter().map(|n| n.outcome).collect();
+        assert_eq!(
+            outcomes,
+            [
+                Outcome::Duplicate(Some(10)),
+                Outcome::Refused(Status::OutOfSequence, Some(2))
+            ]
+        );
     }
 }
