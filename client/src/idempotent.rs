@@ -468,6 +468,9 @@ fn open(
     let z = |what| ClientError::zmq(what, endpoint);
     let s = ctx.socket(zmq::DEALER).map_err(z("socket for writer"))?;
     s.set_identity(identity).map_err(z("identity for writer"))?;
+    // The producer bounds what it keeps in flight itself: room for all of it in the queue,
+    // so a send blocks only when the node is not there.
+    s.set_sndhwm(MAX_IN_FLIGHT as i32).map_err(z("sndhwm"))?;
     s.set_immediate(true).map_err(z("immediate"))?;
     s.set_sndtimeo(millis(opts.timeout))
         .map_err(z("sndtimeo"))?;
