@@ -315,7 +315,7 @@ fn zper_clients_producer_is_idempotent_by_default_and_retries_on_the_next_writer
         assert!(stored.iter().all(|m| m.len() == 2 && m[0].len() == 24));
     }
     let plain = ProducerOptions::new("dflt0", AckMode::PerMessage).plain();
-    let p = Producer::connect(&ctx, &[n.writer.clone()], &plain).expect("producer");
+    let p = Producer::connect(&ctx, std::slice::from_ref(&n.writer), &plain).expect("producer");
     assert!(!p.is_idempotent());
 }
 
@@ -330,7 +330,8 @@ fn a_mode_1_producer_the_leader_forgot_goes_on_under_a_new_producer_id() {
     opts.first_sequence = 7;
     opts.timeout = Duration::from_millis(500);
     opts.deadline = Duration::from_secs(20);
-    let mut p = IdempotentProducer::connect(&ctx, &[n.writer.clone()], opts).expect("producer");
+    let mut p =
+        IdempotentProducer::connect(&ctx, std::slice::from_ref(&n.writer), opts).expect("producer");
     for i in 0..3u8 {
         p.send(&[&[i][..]]).expect("queued");
     }
