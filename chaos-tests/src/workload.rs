@@ -261,14 +261,9 @@ fn idempotent(
     let mut turn = 0u64;
     while running(stop, deadline) {
         turn += 1;
-        let writers: Vec<String> = (0..3)
-            .map(|k| format!("tcp://{}:{WRITER}", ip(ips, turn + k)))
-            .collect();
-        let mut opts = IdempotentOptions::new(TOPIC, AckMode::PerMessage);
+        let (writers, mut opts) = idempotent_setup(ips, turn, AckMode::PerMessage);
         opts.identity = Some(identity.clone());
         opts.first_sequence = next;
-        opts.timeout = Duration::from_secs(1);
-        opts.deadline = Duration::from_secs(10);
         let Ok(mut p) = IdempotentProducer::connect(&ctx, &writers, opts) else {
             std::thread::sleep(Duration::from_millis(100));
             continue;
@@ -303,12 +298,7 @@ fn idempotent_mode1(
     let mut turn = 0u64;
     while running(stop, deadline) {
         turn += 1;
-        let writers: Vec<String> = (0..3)
-            .map(|k| format!("tcp://{}:{WRITER}", ip(ips, turn + k)))
-            .collect();
-        let mut opts = IdempotentOptions::new(TOPIC, AckMode::PerFlush);
-        opts.timeout = Duration::from_secs(1);
-        opts.deadline = Duration::from_secs(10);
+        let (writers, opts) = idempotent_setup(ips, turn, AckMode::PerFlush);
         let Ok(mut p) = IdempotentProducer::connect(&ctx, &writers, opts) else {
             std::thread::sleep(Duration::from_millis(100));
             continue;
@@ -325,6 +315,22 @@ fn idempotent_mode1(
             }
         }
     }
+}
+
+/// Every node's writer, starting at the `turn`-th, and an idempotent producer's options for
+/// `mode`: 1 s per attempt, 10 s per message (or flush) in all.
+fn idempotent_setup(
+    ips: &Mutex<Vec<String>>,
+    turn: u64,
+    mode: AckMode,
+) -> (Vec<String>, IdempotentOptions) {
+    let writers = (0..3)
+        .map(|k| format!("tcp://{}:{WRITER}", ip(ips, turn + k)))
+        .collect();
+    let mut opts = IdempotentOptions::new(TOPIC, mode);
+    opts.timeout = Duration::from_secs(1);
+    opts.deadline = Duration::from_secs(10);
+    (writers, opts)
 }
 
 /// DEALER producer in mode 1: sends a window of messages, then waits for acks; an ack covers

@@ -108,18 +108,7 @@ pub(crate) fn admit(
         if !a.producer.idempotent {
             continue;
         }
-        // Message by message: (start, end) in `bytes` and the first frame.
-        let slice = &bytes[run_start..end];
-        let (mut at, mut pos, mut id): (usize, usize, Option<&[u8]>) = (0, 0, None);
-        for rec in zper_wire::Records::new(slice) {
-            id.get_or_insert(rec.payload);
-            pos += rec.stored_len();
-            if rec.more {
-                continue;
-            }
-            let message_id = id.take().unwrap_or_default();
-            let range = (run_start + at, run_start + pos);
-            at = pos;
+        for (range, message_id) in messages(&bytes[run_start..end], run_start) {
             let outcome = match parse_id(message_id) {
                 None => Outcome::Refused(Status::InvalidCommand, None),
                 Some((pid, seq)) => match window.admit(&pid, seq, now) {
@@ -165,17 +154,8 @@ pub(crate) fn admit(
             kept.keep(a, slice, a.messages, &a.last_id);
             continue;
         }
-        let (mut at, mut pos, mut id): (usize, usize, Option<&[u8]>) = (0, 0, None);
-        for rec in zper_wire::Records::new(slice) {
-            id.get_or_insert(rec.payload);
-            pos += rec.stored_len();
-            if rec.more {
-                continue;
-            }
-            let message_id = id.take().unwrap_or_default();
-            let range = (run_start + at, run_start + pos);
-            let message = &slice[at..pos];
-            at = pos;
+        for (range, message_id) in messages(slice, run_start) {
+            let message = &bytes[range.0..range.1];
             if drops.peek() == Some(&&range) {
                 drops.next();
                 continue;
@@ -196,6 +176,27 @@ pub(crate) fn admit(
         taken,
         not_appended,
     }
+}
+
+/// The whole messages of `slice` (stored records): each one's range, offset by `at`, and its
+/// first frame (the message id).
+fn messages(slice: &[u8], at: usize) -> impl Iterator<Item = ((usize, usize), &[u8])> {
+    let mut records = zper_wire::Records::new(slice);
+    let mut start = 0;
+    std::iter::from_fn(move || {
+        let mut id = None;
+        let mut end = start;
+        for rec in records.by_ref() {
+            id.get_or_insert(rec.payload);
+            end += rec.stored_len();
+            if !rec.more {
+                let range = (at + start, at + end);
+                start = end;
+                return Some((range, id.unwrap_or_default()));
+            }
+        }
+        None
+    })
 }
 
 /// The bytes and appends kept of a run some messages were taken out of.
