@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use zper_wire::Identity;
 
-const PRODUCER: [u8; 16] = [0xab; 16];
+const PRODUCER: [u8; 16] = zper_wire::idempotent::producer_id([0xab; 16]);
 
 fn id(seq: u64) -> Vec<u8> {
     let mut out = PRODUCER.to_vec();
@@ -352,4 +352,67 @@ fn a_mode_1_producer_the_leader_forgot_goes_on_under_a_new_producer_id() {
         })
         .collect();
     assert_eq!(ids, expected, "0, 1, 2 of the new producer id, each once");
+}
+
+/// After a restart the window is rebuilt from the log, where only message ids are stored. A
+/// plain producer's 24-byte ids (zper-client's plain `Producer` makes `[UUID v4][counter]`)
+/// must not count as idempotent producers there: before, 40 of them pushed a still-sending
+/// idempotent producer out of a 16-producer window (forgotten in HashMap order, all found at
+/// one instant), so its retry got 106 expected 0 and was stored again under a new producer
+/// id; and a plain `[producer id][2^64-1]` made the rebuilt window's next sequence overflow.
+#[test]
+fn a_plain_producers_24_byte_ids_do_not_push_idempotent_producers_out_after_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut node = ChildNode::start(&dir.path().join("n"), "idempotence.max_producers = 16\n");
+    let ctx = zmq::Context::new();
+    let w = client(
+        &ctx,
+        zmq::DEALER,
+        &idempotent_identity("mixed", 0x42),
+        &node.writer,
+    );
+    for seq in 0..4 {
+        assert_eq!(request(&w, &[b"", &id(seq), b"i"]), [b"".to_vec(), id(seq)]);
+    }
+    // A plain mode-2 producer on the same fragment (same UUID), its own 24-byte ids.
+    let plain_identity = Identity::new("mixed", 2, &PRODUCER)
+        .expect("identity")
+        .to_bytes();
+    let p = client(&ctx, zmq::DEALER, &plain_identity, &node.writer);
+    let mut plain_ids: Vec<Vec<u8>> = (0..40u8)
+        .map(|n| {
+            let mut v4 = [n; 16];
+            v4[6] = 0x40 | (n & 0x0f);
+            v4[8] = 0x80;
+            zper_wire::idempotent::message_id(&v4, 0).to_vec()
+        })
+        .collect();
+    let other = zper_wire::idempotent::producer_id([0xcd; 16]);
+    plain_ids.push(zper_wire::idempotent::message_id(&other, u64::MAX).to_vec());
+    for pid in &plain_ids {
+        assert_eq!(request(&p, &[b"", pid, b"p"]), [b"".to_vec(), pid.clone()]);
+    }
+    drop((w, p));
+    node.kill9();
+    node.restart();
+    let w = client(
+        &ctx,
+        zmq::DEALER,
+        &idempotent_identity("mixed", 0x42),
+        &node.writer,
+    );
+    // The retry of 3 is known (a duplicate, acknowledged), 4 is the next.
+    assert_eq!(request(&w, &[b"", &id(3), b"i"]), [b"".to_vec(), id(3)]);
+    assert_eq!(request(&w, &[b"", &id(4), b"i"]), [b"".to_vec(), id(4)]);
+    let log = concat(&segment_files(&dir.path().join("n").join("mixed")));
+    assert_eq!(sequences(&log), [0, 1, 2, 3, 4], "each once");
+    // PRODUCED knows a plain 24-byte id is not an idempotent producer's.
+    let r = client(
+        &ctx,
+        zmq::DEALER,
+        &idempotent_identity("mixed", 0x42),
+        &node.reader,
+    );
+    assert_eq!(request(&r, &[b"PRODUCED", &plain_ids[0]]), [vec![102]]);
+    assert_eq!(produced(&r, 4)[0], [100]);
 }

@@ -22,7 +22,7 @@ pub const MAX_IN_FLIGHT: usize = 65_536;
 /// An idempotent message id: the first frame of the message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct MessageId {
-    /// The producer (its identity's UUID).
+    /// The producer id (`zper_wire::idempotent::producer_id` of its identity's UUID).
     pub producer: [u8; 16],
     /// The message's place in the producer's sequence (from 0).
     pub sequence: u64,
@@ -132,7 +132,8 @@ pub struct IdempotentOptions {
     /// How long a message may take in all, attempts included, before `send` or `flush`
     /// fails with the last error.
     pub deadline: Duration,
-    /// The identity to present (its last 16 bytes are the producer id); default a fresh one.
+    /// The identity to present (the producer id is derived from its last 16 bytes, its UUID);
+    /// default a fresh one.
     pub identity: Option<Vec<u8>>,
     /// The first message's sequence: where a producer with this identity left off (a
     /// sequence that was used, even without an ack, must not be used again).
@@ -206,9 +207,12 @@ impl IdempotentProducer {
             ));
         }
         id[1] = byte;
-        let producer: [u8; 16] = id[id.len() - 16..]
+        let uuid: [u8; 16] = id[id.len() - 16..]
             .try_into()
             .map_err(|_| ClientError::Invalid("identity without a 16-byte uuid".into()))?;
+        // The same identity gives the same producer id (a producer reconnecting with its
+        // identity goes on with its sequences).
+        let producer = zper_wire::idempotent::producer_id(uuid);
         let socket = open(ctx, &endpoints[0], &id, &opts)?;
         Ok(IdempotentProducer {
             ctx: ctx.clone(),
@@ -334,7 +338,7 @@ impl IdempotentProducer {
                     // A gap this producer cannot fill: an earlier message failed for good and
                     // its sequence must not be reused (a late copy of it could still arrive).
                     // Go on as a new producer id from sequence 0.
-                    self.producer = crate::random_uuid();
+                    self.producer = zper_wire::idempotent::producer_id(crate::random_uuid());
                     self.next = 0;
                     seq = 0;
                     self.resent += 1;
@@ -379,7 +383,7 @@ impl IdempotentProducer {
     /// renumbered from 0 under it ([`IdempotentProducer::next_id`] follows; ids returned by
     /// earlier sends are void, counted in `renumbered`).
     fn renumber(&mut self) {
-        self.producer = crate::random_uuid();
+        self.producer = zper_wire::idempotent::producer_id(crate::random_uuid());
         self.renumbered += self.unacked.len() as u64;
         for (seq, (s, _)) in self.unacked.iter_mut().enumerate() {
             *s = seq as u64;

@@ -10,6 +10,7 @@
 pub mod controller;
 pub mod dolly;
 pub mod endpoint;
+pub mod idempotent;
 pub mod identity;
 pub mod reader;
 pub mod record;

@@ -84,6 +84,12 @@ pub enum RequestError {
         "message id is {0} bytes, an idempotent message id is 24 (producer id:16, sequence:8)"
     )]
     MessageIdLength(usize),
+    /// A 24-byte message id that is not an idempotent producer's (its producer id lacks the
+    /// fixed bits, or its sequence is 2^64-1; `crate::idempotent`).
+    #[error(
+        "not an idempotent producer's message id (see docs/protocol.md, Idempotent producers)"
+    )]
+    NotAProducerId,
     /// max_bytes below -1 (-1 selects stream fetch).
     #[error("max_bytes {0} is negative")]
     NegativeMaxBytes(i64),
@@ -213,9 +219,12 @@ impl ReaderRequest {
                     });
                 }
                 let id = args[0].as_ref();
-                let message_id = id
+                let message_id: [u8; IDEMPOTENT_ID_LEN] = id
                     .try_into()
                     .map_err(|_| RequestError::MessageIdLength(id.len()))?;
+                if crate::idempotent::parse_message_id(&message_id).is_none() {
+                    return Err(RequestError::NotAProducerId);
+                }
                 Ok(ReaderRequest::Produced { message_id })
             }
             other => Err(RequestError::UnknownCommand(
@@ -328,12 +337,17 @@ mod tests {
 
     #[test]
     fn produced_takes_one_24_byte_message_id_and_answers_two_offsets() {
-        let id = [7u8; IDEMPOTENT_ID_LEN];
+        let id = crate::idempotent::message_id(&crate::idempotent::producer_id([7; 16]), 7);
         let req = ReaderRequest::Produced { message_id: id };
         assert_eq!(ReaderRequest::decode(&req.encode()), Ok(req));
         assert_eq!(
             ReaderRequest::decode(&[PRODUCED, &id[..23]]),
             Err(RequestError::MessageIdLength(23))
+        );
+        assert_eq!(
+            ReaderRequest::decode(&[PRODUCED, &[7u8; IDEMPOTENT_ID_LEN]]),
+            Err(RequestError::NotAProducerId),
+            "a plain producer's 24-byte id"
         );
         assert!(matches!(
             ReaderRequest::decode(&[PRODUCED]),

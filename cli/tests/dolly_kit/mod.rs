@@ -133,19 +133,32 @@ impl Cluster {
     }
 
     /// Waits until every node applied the same Raft index with the same state hash.
-    /// Every node reports the same state hash at the same applied index. The pair is
-    /// `metadata_applied` + `state_hash` (read together); Raft's `last_applied` metric may be a
-    /// step apart from the state it is shown with. Lease renewals keep the log moving, so the
-    /// nodes are sampled until one sample finds them at the same index (bounded: 60 s).
+    /// The pair is `metadata_applied` + `state_hash` (read together); Raft's `last_applied`
+    /// metric may be a step apart from the state it is shown with. Lease renewals keep the
+    /// log moving, and three nodes read one after another under load rarely sit at one index
+    /// at the same moment, so every node's samples are kept: converged once all three were
+    /// seen at one index with one hash; false at once if two hashes differ at one index (a
+    /// divergence), or after 60 s without a common index.
     pub fn converged(&self) -> bool {
+        let mut seen: Vec<std::collections::HashMap<u64, Value>> = vec![Default::default(); 3];
+        let mut diverged = false;
         eventually_within(Duration::from_secs(60), || {
-            let states: Vec<Value> = (0..3).map(|i| self.raft(i)).collect();
-            states.iter().all(|s| s["metadata_applied"].is_u64())
-                && states.windows(2).all(|w| {
-                    w[0]["state_hash"] == w[1]["state_hash"]
-                        && w[0]["metadata_applied"] == w[1]["metadata_applied"]
-                })
-        })
+            for (i, node) in seen.iter_mut().enumerate() {
+                let s = self.raft(i);
+                if let Some(at) = s["metadata_applied"].as_u64() {
+                    node.insert(at, s["state_hash"].clone());
+                }
+            }
+            let common = seen[0].iter().find_map(|(at, hash)| {
+                let others: Vec<&Value> = seen[1..].iter().filter_map(|n| n.get(at)).collect();
+                diverged |= others.iter().any(|h| *h != hash);
+                (others.len() == 2 && !diverged).then_some(*at)
+            });
+            diverged |= seen[1]
+                .iter()
+                .any(|(at, h)| seen[2].get(at).is_some_and(|h2| h2 != h));
+            diverged || common.is_some()
+        }) && !diverged
     }
 }
 

@@ -10,7 +10,8 @@
 //!
 //! The window is bounded three ways: the newest `per_producer` messages of a producer, those
 //! younger than `max_age`, and `max_producers` producers per fragment (the one unused the
-//! longest is forgotten). A producer whose messages all aged out keeps its next sequence; a
+//! longest is forgotten: "use" is counted, not timed, so a window rebuilt from the log, where
+//! every message is found at the same instant, forgets by log position, oldest first). A producer whose messages all aged out keeps its next sequence; a
 //! producer the window does not know (new, or forgotten) must start at sequence 0, so a
 //! producer whose first messages were lost in flight is told so instead of having a later
 //! message stored over the gap (an ack for it would cover the lost ones). A forgotten producer
@@ -20,24 +21,16 @@ use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 /// Bytes of a producer id.
-pub(crate) const PRODUCER_ID_LEN: usize = 16;
-/// Bytes of an idempotent message id: producer id, then the sequence.
-pub(crate) const ID_LEN: usize = PRODUCER_ID_LEN + 8;
+pub(crate) const PRODUCER_ID_LEN: usize = zper_wire::idempotent::PRODUCER_ID_LEN;
 
-/// A producer id (16 bytes; zper-client uses its identity's UUID).
+/// A producer id (16 bytes with zper's fixed bits: `zper_wire::idempotent::producer_id`).
 pub(crate) type ProducerId = [u8; PRODUCER_ID_LEN];
 
-/// Splits an idempotent message id into producer id and sequence; None unless it is exactly
-/// [`ID_LEN`] bytes.
+/// Splits an idempotent message id into producer id and sequence; None unless it is
+/// `[producer id:16][sequence:8]` with a producer id of zper's (so a plain producer's
+/// 24-byte message id is not taken for one) and a sequence below `u64::MAX`.
 pub(crate) fn parse_id(frame: &[u8]) -> Option<(ProducerId, u64)> {
-    if frame.len() != ID_LEN {
-        return None;
-    }
-    let (pid, seq) = frame.split_at(PRODUCER_ID_LEN);
-    Some((
-        pid.try_into().ok()?,
-        u64::from_be_bytes(seq.try_into().ok()?),
-    ))
+    zper_wire::idempotent::parse_message_id(frame)
 }
 
 /// The window's bounds (`idempotence.*` config keys).
@@ -93,12 +86,14 @@ struct Seen {
     first: u64,
     /// End offset (`None` while appending) and when each was admitted.
     ends: VecDeque<(Option<u64>, Instant)>,
-    used: Instant,
+    /// The window's use count when this producer was last admitted or found.
+    used: u64,
 }
 
 impl Seen {
     fn next(&self) -> u64 {
-        self.first + self.ends.len() as u64
+        // Cannot overflow: every sequence taken is below u64::MAX (`parse_id`).
+        self.first.saturating_add(self.ends.len() as u64)
     }
 
     /// Forgets the messages beyond the count and age bounds; `next` stays.
@@ -142,6 +137,8 @@ type IdMap<V> = HashMap<ProducerId, V, std::hash::BuildHasherDefault<IdHasher>>;
 pub(crate) struct Window {
     bounds: Bounds,
     producers: IdMap<Seen>,
+    /// Admissions and finds so far: orders producers by last use.
+    uses: u64,
 }
 
 impl Window {
@@ -150,6 +147,7 @@ impl Window {
         Window {
             bounds,
             producers: IdMap::default(),
+            uses: 0,
         }
     }
 
@@ -163,6 +161,7 @@ impl Window {
     /// the window does not know starts at 0.
     pub(crate) fn admit(&mut self, pid: &ProducerId, seq: u64, now: Instant) -> Verdict {
         let bounds = self.bounds;
+        self.uses += 1;
         let Some(seen) = self.producers.get_mut(pid) else {
             if seq != 0 {
                 return Verdict::OutOfSequence { expected: 0 };
@@ -170,7 +169,7 @@ impl Window {
             self.start(pid, seq, now);
             return Verdict::New;
         };
-        seen.used = now;
+        seen.used = self.uses;
         seen.forget_old(&bounds, now);
         let next = seen.next();
         if seq == next {
@@ -188,6 +187,7 @@ impl Window {
     /// log's tail).
     fn start(&mut self, pid: &ProducerId, seq: u64, now: Instant) {
         self.make_room();
+        self.uses += 1;
         let mut ends = VecDeque::new();
         ends.push_back((None, now));
         self.producers.insert(
@@ -195,7 +195,7 @@ impl Window {
             Seen {
                 first: seq,
                 ends,
-                used: now,
+                used: self.uses,
             },
         );
     }
@@ -280,13 +280,11 @@ pub(crate) struct FragmentWindow {
 mod tests {
     use super::*;
 
-    const A: ProducerId = [1; 16];
-    const B: ProducerId = [2; 16];
+    const A: ProducerId = zper_wire::idempotent::producer_id([1; 16]);
+    const B: ProducerId = zper_wire::idempotent::producer_id([2; 16]);
 
     fn id(pid: &ProducerId, seq: u64) -> Vec<u8> {
-        let mut out = pid.to_vec();
-        out.extend_from_slice(&seq.to_be_bytes());
-        out
+        zper_wire::idempotent::message_id(pid, seq).to_vec()
     }
 
     #[test]
@@ -294,6 +292,53 @@ mod tests {
         assert_eq!(parse_id(&id(&A, 258)), Some((A, 258)));
         assert_eq!(parse_id(&id(&A, 1)[..23]), None);
         assert_eq!(parse_id(b"7"), None);
+        assert_eq!(
+            parse_id(&id(&[1; 16], 0)),
+            None,
+            "not a producer id of zper's"
+        );
+        assert_eq!(
+            parse_id(&id(&A, u64::MAX)),
+            None,
+            "no next sequence after it"
+        );
+    }
+
+    #[test]
+    fn a_rebuilt_window_past_its_producer_bound_keeps_the_newest_producers() {
+        // Rebuilding finds every message at the same instant: the producers forgotten must
+        // be those found first in the log, never the ones still sending (their retries would
+        // be told to start again at 0 and store their messages twice).
+        let now = Instant::now();
+        let bounds = Bounds {
+            max_producers: 10,
+            ..Bounds::default()
+        };
+        let mut w = Window::new(bounds);
+        let pid = |n: u64| {
+            let mut b = [0u8; 16];
+            b[8..].copy_from_slice(&n.to_be_bytes());
+            zper_wire::idempotent::producer_id(b)
+        };
+        for n in 0..100 {
+            w.found(&pid(n), 0, n * 10 + 10, now);
+        }
+        assert_eq!(w.producers(), 10);
+        for n in 90..100 {
+            assert_eq!(
+                w.admit(&pid(n), 0, now),
+                Verdict::Duplicate(Some(n * 10 + 10)),
+                "producer {n}"
+            );
+        }
+        // And live: within one batch (one instant) the one admitted first is forgotten first.
+        assert_eq!(w.admit(&pid(500), 0, now), Verdict::New);
+        assert_eq!(
+            w.lookup(&pid(90), 0),
+            Lookup::Unknown,
+            "90 was used the longest ago"
+        );
+        assert_eq!(w.lookup(&pid(91), 0), Lookup::Stored { end: 920 });
     }
 
     #[test]

@@ -438,7 +438,7 @@ mod tests {
     use super::*;
     use crate::produce::dedupe::Bounds;
 
-    const P: ProducerId = [5; 16];
+    const P: ProducerId = zper_wire::idempotent::producer_id([5; 16]);
 
     fn producer(idempotent: bool) -> Arc<Producer> {
         Arc::new(Producer {
