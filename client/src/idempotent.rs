@@ -8,11 +8,11 @@
 //! mode 1 (per flush) keeps up to [`MAX_IN_FLIGHT`] messages unacknowledged and sends them
 //! again from the first one the node does not have.
 
-use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use zper_wire::{AckMode, ReaderReply, ReaderRequest, Status};
 
+use crate::unacked::Unacked;
 use crate::{identity, ClientError};
 
 /// Messages a mode-1 idempotent producer keeps sent and unacknowledged (a copy of each, to
@@ -166,8 +166,8 @@ pub struct IdempotentProducer {
     mode: AckMode,
     opts: IdempotentOptions,
     next: u64,
-    /// Mode 1: sent and not yet acknowledged, oldest first (sequence, frames after the id).
-    unacked: VecDeque<(u64, Vec<Vec<u8>>)>,
+    /// Mode 1: sent and not yet acknowledged, oldest first (frames after the id).
+    unacked: Unacked,
     /// Messages sent again (after a timeout, a refusal or a reconnect).
     pub resent: u64,
     /// Mode 1: messages that went on under a new producer id after a gap that could not be
@@ -224,7 +224,7 @@ impl IdempotentProducer {
             mode: opts.mode,
             next: opts.first_sequence,
             opts,
-            unacked: VecDeque::new(),
+            unacked: Unacked::default(),
             resent: 0,
             renumbered: 0,
         })
@@ -252,8 +252,8 @@ impl IdempotentProducer {
     /// Errors: the deadline passed (the last error met); the node refused it for good (102).
     pub fn send(&mut self, frames: &[&[u8]]) -> Result<MessageId, ClientError> {
         let mut id = self.next_id();
-        let owned: Vec<Vec<u8>> = frames.iter().map(|f| f.to_vec()).collect();
         if self.mode == AckMode::PerMessage {
+            let owned: Vec<Vec<u8>> = frames.iter().map(|f| f.to_vec()).collect();
             // The sequence is used up even when the outcome stays unknown: the next message
             // must not reuse it (the node would take it for a duplicate of this one).
             let result = self.send_and_wait(id.sequence, &owned);
@@ -269,8 +269,8 @@ impl IdempotentProducer {
         if self.unacked.len() >= MAX_IN_FLIGHT {
             self.wait_acked(MAX_IN_FLIGHT / 2)?;
         }
-        self.transmit(id.sequence, &owned)?;
-        self.unacked.push_back((id.sequence, owned));
+        self.transmit(id.sequence, frames.iter().copied())?;
+        self.unacked.push(id.sequence, frames);
         self.next += 1;
         Ok(id)
     }
@@ -287,15 +287,13 @@ impl IdempotentProducer {
     fn wait_acked(&mut self, left: usize) -> Result<(), ClientError> {
         let started = Instant::now();
         while self.unacked.len() > left {
-            let Some(&(first, _)) = self.unacked.front() else {
+            let Some(first) = self.unacked.first() else {
                 break;
             };
             match self.reply()? {
                 Some(Reply::Ack(seq)) => {
                     // Sequences are stored in order: the ack covers every earlier one.
-                    while self.unacked.front().is_some_and(|(s, _)| *s <= seq) {
-                        self.unacked.pop_front();
-                    }
+                    self.unacked.ack(seq);
                 }
                 Some(Reply::Refused(_, _, Status::OutOfSequence, expected)) => {
                     // A gap: messages were lost in flight. Those before `expected` are
@@ -329,7 +327,7 @@ impl IdempotentProducer {
     fn send_and_wait(&mut self, seq: u64, frames: &[Vec<u8>]) -> Result<u64, ClientError> {
         let started = Instant::now();
         let mut seq = seq;
-        self.transmit(seq, frames)?;
+        self.transmit(seq, frames.iter().map(Vec::as_slice))?;
         loop {
             match self.reply()? {
                 Some(Reply::Ack(s)) if s == seq => return Ok(seq),
@@ -342,7 +340,7 @@ impl IdempotentProducer {
                     self.next = 0;
                     seq = 0;
                     self.resent += 1;
-                    self.transmit(seq, frames)?;
+                    self.transmit(seq, frames.iter().map(Vec::as_slice))?;
                 }
                 Some(Reply::Refused(id, s, Status::InvalidCommand, _)) if s == seq => {
                     return Err(ClientError::Refused {
@@ -355,24 +353,28 @@ impl IdempotentProducer {
                     self.check_deadline(started)?;
                     self.failover()?;
                     self.resent += 1;
-                    self.transmit(seq, frames)?;
+                    self.transmit(seq, frames.iter().map(Vec::as_slice))?;
                 }
             }
         }
     }
 
-    fn transmit(&self, seq: u64, frames: &[Vec<u8>]) -> Result<(), ClientError> {
+    fn transmit<'a>(
+        &self,
+        seq: u64,
+        frames: impl Iterator<Item = &'a [u8]>,
+    ) -> Result<(), ClientError> {
         let id = MessageId {
             producer: self.producer,
             sequence: seq,
         }
         .to_bytes();
-        let mut out: Vec<&[u8]> = Vec::with_capacity(frames.len() + 2);
-        if self.mode == AckMode::PerMessage {
-            out.push(&[]); // the REQ envelope a DEALER adds itself
-        }
-        out.push(&id);
-        out.extend(frames.iter().map(Vec::as_slice));
+        // The REQ envelope a DEALER adds itself, in mode 2.
+        let envelope: Option<&[u8]> = (self.mode == AckMode::PerMessage).then_some(&[]);
+        let out = envelope
+            .into_iter()
+            .chain([&id[..]])
+            .chain(frames.map(|f| -> &[u8] { f }));
         match self.socket.send_multipart(out, 0) {
             Ok(()) | Err(zmq::Error::EAGAIN) => Ok(()), // EAGAIN: the wait times out, then resends
             Err(e) => Err(ClientError::zmq("send to writer", &self.endpoints[self.at])(e)),
@@ -385,17 +387,14 @@ impl IdempotentProducer {
     fn renumber(&mut self) {
         self.producer = zper_wire::idempotent::producer_id(crate::random_uuid());
         self.renumbered += self.unacked.len() as u64;
-        for (seq, (s, _)) in self.unacked.iter_mut().enumerate() {
-            *s = seq as u64;
-        }
+        self.unacked.renumber();
         self.next = self.unacked.len() as u64;
     }
 
     fn resend_unacked(&mut self) -> Result<(), ClientError> {
-        let queued: Vec<(u64, Vec<Vec<u8>>)> = self.unacked.iter().cloned().collect();
-        for (seq, frames) in queued {
+        for (seq, frames) in self.unacked.iter() {
             self.resent += 1;
-            self.transmit(seq, &frames)?;
+            self.transmit(seq, frames)?;
         }
         Ok(())
     }

@@ -50,6 +50,7 @@ pub mod producer;
 pub mod reader;
 pub mod results;
 pub mod subscriber;
+mod unacked;
 
 pub use admin::{AdminClient, AdminError};
 pub use dolly::{DollyClient, DollyReply};

@@ -68,7 +68,8 @@ pub(crate) enum Verdict {
     OutOfSequence { expected: u64 },
 }
 
-/// What the window knows of one (producer, sequence), for a client resolving a 104.
+/// What the window knows of one (producer, sequence) (tests; `PRODUCED` reads the log).
+#[cfg(test)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Lookup {
     /// Stored, ending at this offset (it may not be durable yet: compare with the high-water
@@ -157,23 +158,39 @@ impl Window {
         self.producers.len()
     }
 
-    /// Decides on message `seq` of `pid`; a [`Verdict::New`] takes the sequence. A producer
-    /// the window does not know starts at 0.
+    /// Decides on message `seq` of `pid`; a [`Verdict::New`] takes the sequence (its end
+    /// offset not known yet: [`Window::stored`] tells it). A producer the window does not
+    /// know starts at 0.
+    #[cfg(test)]
     pub(crate) fn admit(&mut self, pid: &ProducerId, seq: u64, now: Instant) -> Verdict {
+        self.admit_at(pid, seq, now, None)
+    }
+
+    /// As [`Window::admit`], a new message taking `end` (the offset it will end at once the
+    /// batch is appended; `None`: not known yet). The writer knows where a batch will go, so
+    /// it notes each end here, at no extra lookup; if the append fails it drops the window,
+    /// which is rebuilt from the log.
+    pub(crate) fn admit_at(
+        &mut self,
+        pid: &ProducerId,
+        seq: u64,
+        now: Instant,
+        end: Option<u64>,
+    ) -> Verdict {
         let bounds = self.bounds;
         self.uses += 1;
         let Some(seen) = self.producers.get_mut(pid) else {
             if seq != 0 {
                 return Verdict::OutOfSequence { expected: 0 };
             }
-            self.start(pid, seq, now);
+            self.start(pid, seq, now, end);
             return Verdict::New;
         };
         seen.used = self.uses;
         seen.forget_old(&bounds, now);
         let next = seen.next();
         if seq == next {
-            seen.ends.push_back((None, now));
+            seen.ends.push_back((end, now));
             seen.forget_old(&bounds, now);
             return Verdict::New;
         }
@@ -185,11 +202,11 @@ impl Window {
 
     /// Remembers `pid` afresh with `seq` taken (its first message, or the first found in the
     /// log's tail).
-    fn start(&mut self, pid: &ProducerId, seq: u64, now: Instant) {
+    fn start(&mut self, pid: &ProducerId, seq: u64, now: Instant, end: Option<u64>) {
         self.make_room();
         self.uses += 1;
         let mut ends = VecDeque::new();
-        ends.push_back((None, now));
+        ends.push_back((end, now));
         self.producers.insert(
             *pid,
             Seen {
@@ -201,6 +218,7 @@ impl Window {
     }
 
     /// The message admitted as `seq` was stored, ending at `end`.
+    #[cfg(test)]
     pub(crate) fn stored(&mut self, pid: &ProducerId, seq: u64, end: u64) {
         if let Some(seen) = self.producers.get_mut(pid) {
             if seq >= seen.first && seq < seen.next() {
@@ -211,6 +229,7 @@ impl Window {
 
     /// The message admitted as `seq` was not stored (refused, or the append failed): it and
     /// every later sequence of the producer are free again (`seq` is the producer's next).
+    #[cfg(test)]
     pub(crate) fn failed(&mut self, pid: &ProducerId, seq: u64) {
         if let Some(seen) = self.producers.get_mut(pid) {
             if seq < seen.first {
@@ -226,15 +245,15 @@ impl Window {
     pub(crate) fn found(&mut self, pid: &ProducerId, seq: u64, end: u64, now: Instant) {
         let contiguous = self.producers.get(pid).is_some_and(|s| s.next() == seq);
         if contiguous {
-            self.admit(pid, seq, now);
+            self.admit_at(pid, seq, now, Some(end));
         } else {
             self.producers.remove(pid);
-            self.start(pid, seq, now);
+            self.start(pid, seq, now, Some(end));
         }
-        self.stored(pid, seq, end);
     }
 
     /// What became of `seq` of `pid`.
+    #[cfg(test)]
     pub(crate) fn lookup(&self, pid: &ProducerId, seq: u64) -> Lookup {
         let Some(seen) = self.producers.get(pid) else {
             return Lookup::Unknown;

@@ -13,7 +13,7 @@ use zper_wire::{AckMode, Status};
 
 use crate::metrics::Counters;
 
-use super::dedupe::{parse_id, Bounds, FragmentWindow, ProducerId, Verdict, Window};
+use super::dedupe::{parse_id, Bounds, FragmentWindow, Verdict, Window};
 use super::{Append, Producer};
 
 /// Bytes of a fragment's newest messages read back to rebuild its window and to answer
@@ -65,8 +65,8 @@ pub(crate) struct NotAppended {
 /// How a message that is not appended is answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Outcome {
-    /// A duplicate of the message ending here (`None`: of one earlier in this run, known
-    /// once the run is appended): acknowledged once that is durable.
+    /// A duplicate of the message ending here (`None`: not known): acknowledged once that
+    /// is durable.
     Duplicate(Option<u64>),
     /// Refused: `[id][status]`, with the expected sequence for 106.
     Refused(Status, Option<u64>),
@@ -78,28 +78,29 @@ pub(crate) struct Admitted {
     /// `None`: every message is kept, append the run as it came. `Some`: the kept bytes and
     /// their appends (`bytes_end` relative to these bytes, base 0).
     pub(crate) compacted: Option<(Vec<u8>, Vec<Append>)>,
-    /// For each idempotent message kept: where it ends in the bytes appended (relative to
-    /// their start), producer id and sequence.
-    pub(crate) taken: Vec<(usize, ProducerId, u64)>,
+    /// Messages taken out: answered from the window.
     pub(crate) not_appended: Vec<NotAppended>,
 }
 
 /// Admits the run `run` (its bytes `bytes` start at batch offset `base`): each message of an
 /// idempotent producer (read from the records, so the front may join them into runs) that is
 /// new is kept, duplicates and out-of-sequence ones are taken out, and so is one whose id is
-/// not `[producer id:16][sequence:8]` (102). Other producers' messages are kept as they are.
-/// When all are kept (the common case) nothing is copied.
+/// not an idempotent producer's (102). Other producers' messages are kept as they are. When
+/// all are kept (the common case) nothing is copied. `at` is the log offset the kept bytes
+/// will be appended at: each new message's end is noted in the window as it is admitted (if
+/// the append fails, the caller drops the window).
 pub(crate) fn admit(
     window: &mut Window,
     run: &[Append],
     bytes: &[u8],
     base: usize,
+    at: u64,
     now: Instant,
 ) -> Admitted {
-    let mut taken = Vec::new();
     let mut not_appended = Vec::new();
-    // Ranges (relative to `bytes`) of the messages taken out, in order.
+    // Ranges (relative to `bytes`) of the messages taken out, in order, and their bytes.
     let mut dropped: Vec<(usize, usize)> = Vec::new();
+    let mut dropped_bytes = 0;
     let mut start = 0;
     for a in run {
         let end = a.bytes_end - base;
@@ -111,18 +112,19 @@ pub(crate) fn admit(
         for (range, message_id) in messages(&bytes[run_start..end], run_start) {
             let outcome = match parse_id(message_id) {
                 None => Outcome::Refused(Status::InvalidCommand, None),
-                Some((pid, seq)) => match window.admit(&pid, seq, now) {
-                    Verdict::New => {
-                        taken.push((range.1, pid, seq));
-                        continue;
+                Some((pid, seq)) => {
+                    let end = at + (range.1 - dropped_bytes) as u64;
+                    match window.admit_at(&pid, seq, now, Some(end)) {
+                        Verdict::New => continue,
+                        Verdict::Duplicate(end) => Outcome::Duplicate(end),
+                        Verdict::OutOfSequence { expected } => {
+                            Outcome::Refused(Status::OutOfSequence, Some(expected))
+                        }
                     }
-                    Verdict::Duplicate(end) => Outcome::Duplicate(end),
-                    Verdict::OutOfSequence { expected } => {
-                        Outcome::Refused(Status::OutOfSequence, Some(expected))
-                    }
-                },
+                }
             };
             dropped.push(range);
+            dropped_bytes += range.1 - range.0;
             not_appended.push(NotAppended {
                 producer: a.producer.clone(),
                 message_id: message_id.to_vec(),
@@ -133,7 +135,6 @@ pub(crate) fn admit(
     if dropped.is_empty() {
         return Admitted {
             compacted: None,
-            taken,
             not_appended,
         };
     }
@@ -163,17 +164,8 @@ pub(crate) fn admit(
             kept.keep(a, message, 1, message_id);
         }
     }
-    let mut shift = 0;
-    let mut drops = dropped.iter().peekable();
-    for (end, _, _) in &mut taken {
-        while let Some((s, e)) = drops.next_if(|(s, _)| *s < *end) {
-            shift += e - s;
-        }
-        *end -= shift;
-    }
     Admitted {
         compacted: Some((kept.bytes, kept.appends)),
-        taken,
         not_appended,
     }
 }
@@ -294,22 +286,25 @@ impl super::worker::Worker {
             return;
         };
         let log = work.log.clone();
+        // Where this run will be appended: the window notes each new message's end now.
+        let at = log.written_end().unwrap_or(0);
         let admitted = admit(
             window(&mut work.window, &log, epoch, bounds),
             run,
             bytes,
             base,
+            at,
             Instant::now(),
         );
-        let start = match &admitted.compacted {
+        let appended = match &admitted.compacted {
             None => {
                 let messages = run.iter().map(|a| a.messages).sum();
-                self.store_run(topic, run, bytes, base, messages)
+                Some(self.store_run(topic, run, bytes, base, messages))
             }
             Some((_, appends)) if appends.is_empty() => None,
             Some((kept, appends)) => {
                 let messages = appends.iter().map(|a| a.messages).sum();
-                self.store_run(topic, appends, kept, 0, messages)
+                Some(self.store_run(topic, appends, kept, 0, messages))
             }
         };
         let durable = if self.acks_leader {
@@ -322,14 +317,13 @@ impl super::worker::Worker {
         let Some(work) = self.topics.get_mut(topic) else {
             return;
         };
-        let Some(fw) = work.window.as_mut() else {
-            return;
-        };
-        for (end, pid, seq) in &admitted.taken {
-            match start {
-                Some(s) => fw.window.stored(pid, *seq, s + *end as u64),
-                None => fw.window.failed(pid, *seq),
-            }
+        // The append failed, or went elsewhere than foreseen: the ends the window noted for
+        // this run are wrong. Forget the window (rebuilt from the log on next use), and
+        // answer duplicates of this run's messages with an error (they are sent again).
+        let failed = appended.is_some_and(|start| start != Some(at));
+        if failed {
+            warn!(topic = %topic, "idempotent window dropped after a failed append");
+            work.window = None;
         }
         let mut replies = Vec::new();
         for n in admitted.not_appended {
@@ -337,13 +331,8 @@ impl super::worker::Worker {
                 Outcome::Refused(status, expected) => (Some(status), expected),
                 Outcome::Duplicate(end) => {
                     Counters::add(&counters.idempotent_duplicates, 1);
-                    let end = end.or_else(|| match parse_id(&n.message_id) {
-                        Some((pid, seq)) => match fw.window.lookup(&pid, seq) {
-                            super::dedupe::Lookup::Stored { end } => Some(end),
-                            _ => None,
-                        },
-                        None => None,
-                    });
+                    // A duplicate of a message of this run whose append failed: unknown.
+                    let end = end.filter(|e| !failed || *e <= at);
                     match end {
                         // Its first copy was in this run and failed to append.
                         None => (Some(Status::InternalError), None),
@@ -436,7 +425,7 @@ pub(crate) fn produced(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::produce::dedupe::Bounds;
+    use crate::produce::dedupe::{Bounds, Lookup, ProducerId};
 
     const P: ProducerId = zper_wire::idempotent::producer_id([5; 16]);
 
@@ -473,11 +462,18 @@ mod tests {
             messages: 3,
             last_id: vec![],
         }];
-        let a = admit(&mut w, &run, &bytes[2..], 2, Instant::now());
+        let a = admit(&mut w, &run, &bytes[2..], 2, 1000, Instant::now());
         assert!(a.compacted.is_none(), "nothing copied");
-        let len = (bytes.len() - 2) / 3;
-        let ends: Vec<usize> = a.taken.iter().map(|t| t.0).collect();
-        assert_eq!(ends, [len, 2 * len, 3 * len]);
+        let len = ((bytes.len() - 2) / 3) as u64;
+        let ends: Vec<Lookup> = (0..3).map(|seq| w.lookup(&P, seq)).collect();
+        let end = |k: u64| Lookup::Stored {
+            end: 1000 + k * len,
+        };
+        assert_eq!(
+            ends,
+            [end(1), end(2), end(3)],
+            "where each will end in the log"
+        );
         assert!(a.not_appended.is_empty());
     }
 
@@ -513,7 +509,7 @@ mod tests {
                 last_id: b"plain".to_vec(),
             },
         ];
-        let a = admit(&mut w, &run, &bytes, 0, now);
+        let a = admit(&mut w, &run, &bytes, 0, 500, now);
         let (kept, appends) = a.compacted.expect("copied without the two");
         let mut expected = bytes[one_at..one_end].to_vec();
         expected.extend_from_slice(&bytes[two_at..]);
@@ -527,8 +523,15 @@ mod tests {
             shape,
             [(first_run, 2, two), (kept.len(), 1, b"plain".to_vec())]
         );
-        let taken: Vec<(usize, u64)> = a.taken.iter().map(|t| (t.0, t.2)).collect();
-        assert_eq!(taken, [(one_end - one_at, 1), (first_run, 2)]);
+        let at = |k: usize| Lookup::Stored {
+            end: 500 + k as u64,
+        };
+        assert_eq!(
+            w.lookup(&P, 1),
+            at(one_end - one_at),
+            "ends in the bytes kept"
+        );
+        assert_eq!(w.lookup(&P, 2), at(first_run));
         let outcomes: Vec<Outcome> = a.not_appended.iter().map(|n| n.outcome).collect();
         assert_eq!(
             outcomes,
