@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue #18's benchmark: idempotent producers against plain ones on one node, same binary, same
 # run. For ROUNDS interleaved rounds, a fresh release node on loopback ports takes, each on a
-# fresh topic: N messages in mode 1 (plain, then --idempotent), and N/10 in mode 2 with
-# REQ_CLIENTS senders (plain, then --idempotent). Prints every summary line, then per step the
+# fresh topic: N messages in mode 1 (plain and --idempotent, taking turns going first), and N/10
+# in mode 2 with REQ_CLIENTS senders (the same). Prints every summary line, then per step the
 # median msg/s of each and idempotent/plain (goal >= 0.9 in mode 1).
 #   bench/idempotent.sh ZPER_BINARY
 # Env: N (500000), SIZE (100), ROUNDS (3), REQ_CLIENTS (16), PORT_BASE (28500).
@@ -26,11 +26,19 @@ flush_interval = 1000" > "$dir/node.properties"
   pid=$!
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$((P + 44))/v1/status/ready" >/dev/null && break; sleep 0.2; done
   w=127.0.0.1:$((P + 55))
+  # Plain and idempotent take turns going first, so neither always meets a warmer node.
+  if [ $((round % 2)) -eq 1 ]; then kinds="plain idempotent"; else kinds="idempotent plain"; fi
   {
-    "$Z" perf produce -t p1r$round -w $w -n "$N" -s "$SIZE" -m 1 | sed 's/^/plain /'
-    "$Z" perf produce -t i1r$round -w $w -n "$N" -s "$SIZE" -m 1 --idempotent | sed 's/^/idempotent /'
-    "$Z" perf produce -t p2r$round -w $w -n "$((N / 10))" -s "$SIZE" -m 2 -c "$REQ_CLIENTS" | sed 's/^/plain /'
-    "$Z" perf produce -t i2r$round -w $w -n "$((N / 10))" -s "$SIZE" -m 2 -c "$REQ_CLIENTS" --idempotent | sed 's/^/idempotent /'
+    for mode in 1 2; do
+      n=$N clients=1
+      [ "$mode" = 1 ] || n=$((N / 10)) clients=$REQ_CLIENTS
+      for kind in $kinds; do
+        flag=
+        [ "$kind" = plain ] || flag=--idempotent
+        "$Z" perf produce -t "${kind:0:1}${mode}r$round" -w $w -n "$n" -s "$SIZE" -m "$mode" \
+          -c "$clients" $flag | sed "s/^/$kind /"
+      done
+    done
   } | sed "s/^/round $round: /" | tee -a "$out"
   kill "$pid"; wait "$pid" 2>/dev/null || true
 done

@@ -25,7 +25,10 @@
 # (PORT_BASE+80, +81) and the flush settings (the same as zper's), starts once, is warmed up
 # with N messages (the JIT) and serves every round with fresh topics. Its OFFSET -1 reports the
 # written end, not the flushed one (spec zper.md §5.4), so its produce times end earlier.
-# Env: N (3000000), SIZE (100), ROUNDS (5), CONF (extra node config lines), PORT_BASE (28000).
+# BASELINE, another zper binary (an older build), runs the same zper steps in every round, so a
+# change is measured as zper/baseline ratios of one run.
+# Env: N (3000000), SIZE (100), ROUNDS (5), CONF (extra node config lines), PORT_BASE (28000),
+# BASELINE.
 # Needs: cc and zmq.h (Debian: libzmq3-dev); for the original, a JDK.
 set -euo pipefail
 # shellcheck source=lib/node-config.sh
@@ -80,13 +83,13 @@ cpu_of() { # pid -> CPU seconds (user + system) so far
   awk -v t="$ticks" '{ print ($14 + $15) / t }' "/proc/$1/stat"
 }
 
-node() { # dir -> starts a node, sets NODE_PID
-  local dir=$1
+node() { # dir binary -> starts a node, sets NODE_PID
+  local dir=$1 bin=$2
   mkdir -p "$dir"
   node_config "$dir" "$P" "flush_messages = 10000
 flush_interval = 50
 ${CONF:-}" > "$dir/node.properties"
-  RUST_LOG=warn "$Z" --config "$dir/node.properties" &
+  RUST_LOG=warn "$bin" --config "$dir/node.properties" &
   NODE_PID=$!
   for _ in $(seq 100); do
     curl -sf "http://127.0.0.1:$((P + 44))/v1/status/ready" >/dev/null && return
@@ -149,19 +152,29 @@ consume() { # label reader topic
   echo "$label consume $(echo "$line" | awk '{printf "%.0f", $2/$4}') msg/s"
 }
 
+zper_steps() { # label binary: a fresh node, produce, consume with the C client and its own
+  local label=$1 bin=$2 dir=$work/node$round-$1 perf
+  node "$dir" "$bin"
+  local w=tcp://127.0.0.1:$((P + 55)) r=tcp://127.0.0.1:$((P + 56))
+  broker "$label" "$w" "$r" "$NODE_PID"
+  "$zb" produce "$w" "$r" cons "$N" "$SIZE" >/dev/null
+  consume "$label" "$r" cons
+  perf=$("$bin" perf consume -t cons -r "127.0.0.1:$((P + 56))" -n "$N" | sed -n 's/.*msg_per_s=\([0-9.]*\).*/\1/p')
+  echo "$label-perf consume ${perf%.*} msg/s"
+  kill "$NODE_PID"; wait "$NODE_PID" 2>/dev/null || true
+  rm -rf "$dir"
+}
+
 for round in $(seq "$ROUNDS"); do
   {
     raw
-    dir=$work/node$round
-    node "$dir"
-    w=tcp://127.0.0.1:$((P + 55)) r=tcp://127.0.0.1:$((P + 56))
-    broker zper "$w" "$r" "$NODE_PID"
-    "$zb" produce "$w" "$r" cons "$N" "$SIZE" >/dev/null
-    consume zper "$r" cons
-    perf=$("$Z" perf consume -t cons -r "127.0.0.1:$((P + 56))" -n "$N" | sed -n 's/.*msg_per_s=\([0-9.]*\).*/\1/p')
-    echo "zper-perf consume ${perf%.*} msg/s"
-    kill "$NODE_PID"; wait "$NODE_PID" 2>/dev/null || true
-    rm -rf "$dir"
+    # With a baseline, the two take turns going first.
+    if [ -n "${BASELINE:-}" ] && [ $((round % 2)) -eq 0 ]; then
+      zper_steps baseline "$BASELINE"; zper_steps zper "$Z"
+    else
+      zper_steps zper "$Z"
+      [ -z "${BASELINE:-}" ] || zper_steps baseline "$BASELINE"
+    fi
     if [ -n "$ORIGINAL_PID" ]; then
       broker original "$ORIGINAL_WRITER" "$ORIGINAL_READER" "$ORIGINAL_PID"
       "$zb" produce "$ORIGINAL_WRITER" "$ORIGINAL_READER" cons$round "$N" "$SIZE" >/dev/null
@@ -185,6 +198,14 @@ for step in produce1 produce4 cpu; do
 done
 z=$(pick zper consume); p=$(pick zper-perf consume)
 awk -v z="$z" -v p="$p" 'BEGIN { printf "consume   C client %12s msg/s  zper perf consume %12s msg/s  perf/C %.2f\n", z, p, p / z }'
+if [ -n "${BASELINE:-}" ]; then
+  for step in produce1 produce4 cpu consume; do
+    a=$(pick zper "$step"); b=$(pick baseline "$step")
+    awk -v s="$step" -v a="$a" -v b="$b" 'BEGIN { printf "%-9s zper %12s  baseline   %12s  zper/baseline %.2f\n", s, a, b, a / b }'
+  done
+  a=$(pick zper-perf consume); b=$(pick baseline-perf consume)
+  awk -v a="$a" -v b="$b" 'BEGIN { printf "perf consume zper %9s  baseline   %12s  zper/baseline %.2f\n", a, b, a / b }'
+fi
 if [ -n "$ORIGINAL_PID" ]; then
   o=$(pick original consume)
   awk -v z="$z" -v o="$o" 'BEGIN { printf "consume   zper %12s  original %12s  zper/original %.2f\n", z, o, z / o }'

@@ -32,6 +32,7 @@ use crate::error::NodeError;
 use crate::memory::MemoryBudget;
 use crate::metrics::Counters;
 use crate::replication::PlacementView;
+use crate::sockets::recv_parts;
 
 /// Started reader endpoint threads.
 pub(crate) struct Reader {
@@ -141,11 +142,12 @@ fn front(
 ) {
     let mut in_progress = InProgress::default();
     let forward = |replies: &zmq::Socket, in_progress: &mut InProgress| {
-        while let Ok(frames) = replies.recv_multipart(zmq::DONTWAIT) {
-            if let Some(peer) = frames.first() {
+        // Replies pass through as libzmq messages: a FETCH reply's bytes are not copied here.
+        while let Ok(parts) = recv_parts(replies, zmq::DONTWAIT) {
+            if let Some(peer) = parts.first() {
                 in_progress.done(peer);
             }
-            if !try_send(&router, frames) {
+            if !try_send(&router, parts) {
                 Counters::add(&counters.replies_dropped, 1);
             }
         }

@@ -43,6 +43,22 @@ pub(crate) fn crc(bytes: &[u8]) -> u32 {
     crc32c::crc32c(bytes)
 }
 
+/// CRC32C of bytes `[lo, hi)` of the concatenation of `parts` (`hi` at most their total length).
+fn crc_of_parts(parts: &[&[u8]], lo: u64, hi: u64) -> u32 {
+    let mut sum = 0u32;
+    let mut base = 0u64;
+    for part in parts {
+        let end = base + part.len() as u64;
+        let (from, to) = (lo.max(base), hi.min(end));
+        if from < to {
+            // Both within this part, so they fit in usize.
+            sum = crc32c::crc32c_append(sum, &part[(from - base) as usize..(to - base) as usize]);
+        }
+        base = end;
+    }
+    sum
+}
+
 /// One entry: the segment length after an append and the CRC32C of that append's bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Entry {
@@ -168,20 +184,24 @@ impl Checksums {
 
     /// Checks `bytes`, the segment's bytes from relative `at` (an entry start), against the
     /// entries they cover entirely; the first range that does not match, if any.
+    #[cfg(test)]
     pub(crate) fn verify(&self, at: u64, bytes: &[u8]) -> Option<Mismatch> {
+        self.verify_parts(at, &[bytes])
+    }
+
+    /// As [`Checksums::verify`] for bytes held in consecutive `parts` (the first starting at
+    /// relative `at`, an entry start), so a reader can check a range it read straight into
+    /// the caller's buffer plus the few bytes before and after it that its entries also cover,
+    /// without gathering them into one buffer first.
+    pub(crate) fn verify_parts(&self, at: u64, parts: &[&[u8]]) -> Option<Mismatch> {
+        let total: u64 = parts.iter().map(|p| p.len() as u64).sum();
         let first = self.entries.partition_point(|e| e.end <= at);
         let mut start = at;
         for e in &self.entries[first..] {
-            let (Some(lo), Some(hi)) = (
-                usize::try_from(start - at).ok(),
-                usize::try_from(e.end - at).ok(),
-            ) else {
+            if e.end - at > total {
                 break;
-            };
-            let Some(chunk) = bytes.get(lo..hi) else {
-                break;
-            };
-            if crc(chunk) != e.crc {
+            }
+            if crc_of_parts(parts, start - at, e.end - at) != e.crc {
                 return Some(Mismatch { start, end: e.end });
             }
             start = e.end;
@@ -445,6 +465,33 @@ mod tests {
             all[i] ^= 1 << bit;
             let m = s.verify(0, &all).expect("detected");
             prop_assert!(m.start <= i as u64 && (i as u64) < m.end);
+        }
+
+        #[test]
+        fn split_bytes_verify_as_the_whole_does(
+            pieces in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 1..64), 1..8),
+            flip in any::<Option<(prop::sample::Index, u8)>>(),
+            cut1 in any::<prop::sample::Index>(),
+            cut2 in any::<prop::sample::Index>(),
+            short in any::<prop::sample::Index>(),
+        ) {
+            let refs: Vec<&[u8]> = pieces.iter().map(Vec::as_slice).collect();
+            let (s, mut all) = sums_over(&refs);
+            if let Some((at, bit)) = flip {
+                let i = at.index(all.len());
+                all[i] ^= 1 << (bit % 8);
+            }
+            // Bytes that stop short of the covered end leave the entries past them unchecked,
+            // split or not.
+            all.truncate(1 + short.index(all.len()));
+            let (mut a, mut b) = (cut1.index(all.len() + 1), cut2.index(all.len() + 1));
+            if a > b {
+                std::mem::swap(&mut a, &mut b);
+            }
+            let parts = [&all[..a], &all[a..b], &all[b..]];
+            prop_assert_eq!(s.verify_parts(0, &parts), s.verify(0, &all));
+            let whole = crc(&all);
+            prop_assert_eq!(crc_of_parts(&parts, 0, all.len() as u64), whole);
         }
     }
 }

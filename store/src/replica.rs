@@ -126,7 +126,7 @@ impl TopicLog {
         let available = seg_end - offset;
         let mut want = available.min(max_bytes.max(1));
         loop {
-            let mut bytes = vec![0u8; want as usize];
+            let mut bytes = crate::reading::read_buffer(want as usize);
             // Checked: a damaged leader never ships damage to its replicas (issue #13).
             self.read_checked(&seg, &mut bytes, offset)?;
             let mut it = Records::new(&bytes);
