@@ -582,7 +582,7 @@ impl EngineFront {
             batches[worker].bytes.clear();
             return;
         }
-        let batch = std::mem::take(&mut batches[worker]);
+        let batch = batches[worker].take();
         // Blocks when the worker is 16 batches behind: backpressure reaches the producers' TCP.
         if self.senders[worker].send(batch).is_err() {
             error!(worker, "writer worker is gone");

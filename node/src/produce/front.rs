@@ -70,7 +70,7 @@ impl Front {
         if batches[worker].appends.is_empty() {
             return;
         }
-        let batch = std::mem::take(&mut batches[worker]);
+        let batch = batches[worker].take();
         // Blocks when the worker is 16 batches behind: backpressure reaches the producers' TCP.
         if self.senders[worker].send(batch).is_err() {
             error!(worker, "writer worker is gone");

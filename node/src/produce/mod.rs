@@ -77,6 +77,18 @@ pub(crate) struct WriteBatch {
 }
 
 impl WriteBatch {
+    /// Takes the filled batch, leaving an empty one with room for [`BATCH_BYTES`] and a
+    /// message more (64 KiB), so the next batch is not grown by doubling: growth copied every
+    /// batch's bytes once more (7% of the writer's CPU in a profile of issue #17's produce
+    /// benchmark).
+    pub(crate) fn take(&mut self) -> WriteBatch {
+        let room = WriteBatch {
+            bytes: Vec::with_capacity(BATCH_BYTES + (64 << 10)),
+            appends: Vec::with_capacity(self.appends.len()),
+        };
+        std::mem::replace(self, room)
+    }
+
     /// Counts the message just appended (its records end at `bytes.len()`, `id` is its first
     /// frame): it joins the producer's run at the end of the batch unless the producer wants
     /// an ack per message (an idempotent producer's run is admitted message by message).

@@ -219,3 +219,13 @@ fn a_topic_waiting_for_creation_does_not_hold_up_the_others_and_keeps_its_order(
         .join()
         .expect("worker ends when its channel closes");
 }
+
+#[test]
+fn a_taken_batch_leaves_room_for_the_next_one() {
+    let mut batch = WriteBatch::default();
+    batch.bytes.extend_from_slice(&[1, 2, 3]);
+    let taken = batch.take();
+    assert_eq!(taken.bytes, [1, 2, 3]);
+    assert!(batch.bytes.is_empty() && batch.appends.is_empty());
+    assert!(batch.bytes.capacity() > super::BATCH_BYTES);
+}
