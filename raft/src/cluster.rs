@@ -216,25 +216,40 @@ async fn count_leader_changes(
     }
 }
 
+/// How long a leader waits for a follower to take and install a snapshot, ms. openraft's
+/// default (200 ms) was too short for a follower on a loaded 2-core machine: the leader
+/// gave up and sent the snapshot again for over a minute, so the follower never caught up
+/// (chaos suite, randomized nemesis, CI of 2026-12-05).
+pub const INSTALL_SNAPSHOT_TIMEOUT_MS: u64 = 5_000;
+
+/// openraft's settings for `config`.
+///
+/// Errors: [`ClusterError::Config`] when openraft refuses them (e.g. an election timeout not
+/// above the heartbeat).
+fn raft_config(config: &ClusterConfig) -> Result<Config, ClusterError> {
+    Ok(Config {
+        cluster_name: "zper".into(),
+        heartbeat_interval: config.heartbeat_ms,
+        election_timeout_min: config.election_timeout_ms,
+        election_timeout_max: config.election_timeout_ms * 2,
+        install_snapshot_timeout: INSTALL_SNAPSHOT_TIMEOUT_MS,
+        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_every),
+        max_in_snapshot_log_to_keep: config.snapshot_every / 2,
+        // Bounds an AppendEntries frame (transport::MAX_FRAME_BYTES) when entries are
+        // command batches of up to a few MiB.
+        max_payload_entries: 64,
+        ..Default::default()
+    }
+    .validate()?)
+}
+
 impl ClusterNode {
     /// Opens the storage, starts Raft and, if this node's log is empty and it is one of the
     /// initial voters, proposes the initial membership.
     pub async fn start(config: &ClusterConfig) -> Result<ClusterNode, ClusterError> {
         let (log, sm) = crate::open(&config.dir)?;
         claim_dir(&config.dir, config.id)?;
-        let raft_config = Config {
-            cluster_name: "zper".into(),
-            heartbeat_interval: config.heartbeat_ms,
-            election_timeout_min: config.election_timeout_ms,
-            election_timeout_max: config.election_timeout_ms * 2,
-            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_every),
-            max_in_snapshot_log_to_keep: config.snapshot_every / 2,
-            // Bounds an AppendEntries frame (transport::MAX_FRAME_BYTES) when entries are
-            // command batches of up to a few MiB.
-            max_payload_entries: 64,
-            ..Default::default()
-        }
-        .validate()?;
+        let raft_config = raft_config(config)?;
         let transport = Arc::new(TransportStats::default());
         let raft = Raft::new(
             config.id,
@@ -551,6 +566,16 @@ impl ClusterNode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_follower_gets_seconds_not_a_heartbeat_to_install_a_snapshot() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let endpoints = NodeEndpoints::default();
+        let config = ClusterConfig::single(1, endpoints, dir.path().to_owned());
+        let raft = raft_config(&config).expect("valid");
+        assert_eq!(raft.install_snapshot_timeout, INSTALL_SNAPSHOT_TIMEOUT_MS);
+        assert!(raft.install_snapshot_timeout >= 5 * raft.election_timeout_max);
+    }
 
     #[test]
     fn a_raft_dir_belongs_to_one_node_id() {
