@@ -142,12 +142,10 @@ impl Segment {
         // The covering appends end at or after `covered`, which is at most `to`.
         let mut tail = vec![0u8; cov_end.saturating_sub(to) as usize];
         file.read_exact_at(&mut tail, to).map_err(ReadFailure::Io)?;
+        // A tail means the appends cover all of `buf` (covered == to); without one, bytes past
+        // `covered` have no checksum.
         let within = (covered - rel) as usize;
-        let parts: [&[u8]; 3] = if tail.is_empty() {
-            [&head, &buf[..within], &[]]
-        } else {
-            [&head, buf, &tail]
-        };
+        let parts = [&head[..], &buf[..within], &tail[..]];
         let check = Checksums {
             entries,
             stored: 0,
