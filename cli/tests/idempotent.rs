@@ -416,3 +416,64 @@ fn a_plain_producers_24_byte_ids_do_not_push_idempotent_producers_out_after_a_re
     assert_eq!(request(&r, &[b"PRODUCED", &plain_ids[0]]), [vec![102]]);
     assert_eq!(produced(&r, 4)[0], [100]);
 }
+
+/// Found by an attack on #18: with `idempotence.max_producers = 4`, producer A's 0 and 1 were
+/// stored, five other producers pushed A out of the window, and A's retries of 0 and 1 were
+/// stored a second time (with or without a restart): a producer the window did not know was
+/// taken for a new one. A producer pushed out is now summed up (its next sequence and newest
+/// end), so its retries are duplicates and it goes on at its next sequence.
+#[test]
+fn a_producer_pushed_out_of_the_window_by_others_is_not_stored_twice() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut node = ChildNode::start(&dir.path().join("n"), "idempotence.max_producers = 4\n");
+    let ctx = zmq::Context::new();
+    let connect = |node: &ChildNode| {
+        client(
+            &ctx,
+            zmq::DEALER,
+            &idempotent_identity("evict", 0x42),
+            &node.writer,
+        )
+    };
+    let push_out = |node: &ChildNode, round: u8| {
+        for n in 0..5u8 {
+            let other = zper_wire::idempotent::producer_id([round * 16 + n + 1; 16]);
+            let identity = Identity::new("evict", 0x42, &other)
+                .expect("identity")
+                .to_bytes();
+            let s = client(&ctx, zmq::DEALER, &identity, &node.writer);
+            let mid = zper_wire::idempotent::message_id(&other, 0).to_vec();
+            assert_eq!(request(&s, &[b"", &mid, b"o"]), [b"".to_vec(), mid]);
+        }
+    };
+    let w = connect(&node);
+    for seq in 0..2 {
+        assert_eq!(request(&w, &[b"", &id(seq), b"a"]), [b"".to_vec(), id(seq)]);
+    }
+    push_out(&node, 0);
+    for seq in 0..2 {
+        assert_eq!(
+            request(&w, &[b"", &id(seq), b"a"]),
+            [b"".to_vec(), id(seq)],
+            "the retry of {seq} is acknowledged"
+        );
+    }
+    let gap = request(&w, &[b"", &id(5), b"a"]);
+    assert_eq!(
+        gap,
+        [b"".to_vec(), id(5), vec![106], 2u64.to_be_bytes().to_vec()]
+    );
+    assert_eq!(request(&w, &[b"", &id(2), b"a"]), [b"".to_vec(), id(2)]);
+    drop(w);
+    // After a restart the window is rebuilt from the log, and pushes A out again.
+    push_out(&node, 1);
+    node.kill9();
+    node.restart();
+    let w = connect(&node);
+    for seq in 0..3 {
+        assert_eq!(request(&w, &[b"", &id(seq), b"a"]), [b"".to_vec(), id(seq)]);
+    }
+    assert_eq!(request(&w, &[b"", &id(3), b"a"]), [b"".to_vec(), id(3)]);
+    let log = concat(&segment_files(&dir.path().join("n").join("evict")));
+    assert_eq!(sequences(&log), [0, 1, 2, 3], "each once");
+}

@@ -11,11 +11,17 @@
 //! The window is bounded three ways: the newest `per_producer` messages of a producer, those
 //! younger than `max_age`, and `max_producers` producers per fragment (the one unused the
 //! longest is forgotten: "use" is counted, not timed, so a window rebuilt from the log, where
-//! every message is found at the same instant, forgets by log position, oldest first). A producer whose messages all aged out keeps its next sequence; a
-//! producer the window does not know (new, or forgotten) must start at sequence 0, so a
-//! producer whose first messages were lost in flight is told so instead of having a later
-//! message stored over the gap (an ack for it would cover the lost ones). A forgotten producer
-//! that is past 0 gets 106 with expected 0, and goes on under a new producer id.
+//! every message is found at the same instant, forgets by log position, oldest first).
+//!
+//! What the window forgets is summed up, not lost: a producer keeps its next sequence and the
+//! end of its newest forgotten message, so a retry of a message older than the window is still
+//! a duplicate (acknowledged once everything up to that end is durable), never stored twice. A
+//! producer pushed out by `max_producers` is summed up the same way in [`Forgotten`] (16 + 16
+//! bytes, for the newest `max_producers` to `2 * max_producers` producers forgotten), and goes on
+//! at its next sequence when it comes back. A producer the window does not know at all (new, or
+//! forgotten beyond that) must start at sequence 0, so a producer whose first messages were lost
+//! in flight is told so instead of having a later message stored over the gap (an ack for it
+//! would cover the lost ones).
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -89,6 +95,11 @@ struct Seen {
     ends: VecDeque<(Option<u64>, Instant)>,
     /// The window's use count when this producer was last admitted or found.
     used: u64,
+    /// End of the newest message before `first` the window knows to be stored (forgotten by
+    /// age or count, or found in the log before `first`): a retry of any sequence below
+    /// `first` is a duplicate acknowledged once this is durable. `None`: nothing before
+    /// `first` is known (a producer that started here).
+    before_end: Option<u64>,
 }
 
 impl Seen {
@@ -105,9 +116,62 @@ impl Seen {
                 .front()
                 .is_some_and(|(end, at)| end.is_some() && now.duration_since(*at) > bounds.max_age)
         {
-            self.ends.pop_front();
+            if let Some((Some(end), _)) = self.ends.pop_front() {
+                self.before_end = Some(self.before_end.map_or(end, |b| b.max(end)));
+            }
             self.first += 1;
         }
+    }
+
+    /// End of the producer's newest message (`None`: not known).
+    fn newest_end(&self) -> Option<u64> {
+        match self.ends.back() {
+            Some((end, _)) => *end,
+            None => self.before_end,
+        }
+    }
+}
+
+/// A producer pushed out of the window by `max_producers`: its next sequence and the end of
+/// its newest message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Summary {
+    next: u64,
+    newest_end: Option<u64>,
+}
+
+/// Producers pushed out of the window, summed up: two generations of at most `cap` each (the
+/// older one dropped whole when the newer fills), so between `cap` and `2 * cap` of the
+/// producers forgotten last are remembered. Keyed by the whole producer id: a summary taken
+/// for another producer would acknowledge a message never stored.
+#[derive(Debug, Default)]
+struct Forgotten {
+    newer: IdMap<Summary>,
+    older: IdMap<Summary>,
+}
+
+impl Forgotten {
+    fn insert(&mut self, pid: ProducerId, summary: Summary, cap: usize) {
+        if self.newer.len() >= cap.max(1) {
+            self.older = std::mem::take(&mut self.newer);
+        }
+        self.older.remove(&pid);
+        self.newer.insert(pid, summary);
+    }
+
+    fn get(&self, pid: &ProducerId) -> Option<Summary> {
+        self.newer.get(pid).or_else(|| self.older.get(pid)).copied()
+    }
+
+    fn remove(&mut self, pid: &ProducerId) -> Option<Summary> {
+        let newer = self.newer.remove(pid);
+        let older = self.older.remove(pid);
+        newer.or(older)
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.newer.len() + self.older.len()
     }
 }
 
@@ -138,6 +202,8 @@ type IdMap<V> = HashMap<ProducerId, V, std::hash::BuildHasherDefault<IdHasher>>;
 pub(crate) struct Window {
     bounds: Bounds,
     producers: IdMap<Seen>,
+    /// Producers pushed out by `max_producers`, summed up.
+    forgotten: Forgotten,
     /// Admissions and finds so far: orders producers by last use.
     uses: u64,
 }
@@ -148,8 +214,15 @@ impl Window {
         Window {
             bounds,
             producers: IdMap::default(),
+            forgotten: Forgotten::default(),
             uses: 0,
         }
+    }
+
+    /// Producers pushed out by `max_producers` and still summed up.
+    #[cfg(test)]
+    pub(crate) fn forgotten(&self) -> usize {
+        self.forgotten.len()
     }
 
     /// Producers remembered.
@@ -180,10 +253,24 @@ impl Window {
         let bounds = self.bounds;
         self.uses += 1;
         let Some(seen) = self.producers.get_mut(pid) else {
+            if let Some(summary) = self.forgotten.get(pid) {
+                // Pushed out by other producers, not new: its sequences go on.
+                if seq < summary.next {
+                    return Verdict::Duplicate(summary.newest_end);
+                }
+                if seq > summary.next {
+                    return Verdict::OutOfSequence {
+                        expected: summary.next,
+                    };
+                }
+                self.forgotten.remove(pid);
+                self.start(pid, seq, now, end, summary.newest_end);
+                return Verdict::New;
+            }
             if seq != 0 {
                 return Verdict::OutOfSequence { expected: 0 };
             }
-            self.start(pid, seq, now, end);
+            self.start(pid, seq, now, end, None);
             return Verdict::New;
         };
         seen.used = self.uses;
@@ -197,12 +284,26 @@ impl Window {
         if seq >= seen.first && seq < next {
             return Verdict::Duplicate(seen.ends[(seq - seen.first) as usize].0);
         }
+        if seq < seen.first {
+            if let Some(end) = seen.before_end {
+                // Older than the window, but stored: sequences are stored in order.
+                return Verdict::Duplicate(Some(end));
+            }
+        }
         Verdict::OutOfSequence { expected: next }
     }
 
-    /// Remembers `pid` afresh with `seq` taken (its first message, or the first found in the
-    /// log's tail).
-    fn start(&mut self, pid: &ProducerId, seq: u64, now: Instant, end: Option<u64>) {
+    /// Remembers `pid` afresh with `seq` taken (its first message, the first found in the
+    /// log's tail, or the next of a producer pushed out before); `before_end` bounds the ends
+    /// of its earlier messages known to be stored.
+    fn start(
+        &mut self,
+        pid: &ProducerId,
+        seq: u64,
+        now: Instant,
+        end: Option<u64>,
+        before_end: Option<u64>,
+    ) {
         self.make_room();
         self.uses += 1;
         let mut ends = VecDeque::new();
@@ -213,6 +314,7 @@ impl Window {
                 first: seq,
                 ends,
                 used: self.uses,
+                before_end,
             },
         );
     }
@@ -246,10 +348,18 @@ impl Window {
         let contiguous = self.producers.get(pid).is_some_and(|s| s.next() == seq);
         if contiguous {
             self.admit_at(pid, seq, now, Some(end));
-        } else {
-            self.producers.remove(pid);
-            self.start(pid, seq, now, Some(end));
+            return;
         }
+        self.producers.remove(pid);
+        let before_end = match self.forgotten.remove(pid) {
+            // Pushed out earlier in this rebuild: it goes on where it was.
+            Some(s) if s.next == seq => s.newest_end,
+            // Found first past its sequence 0: the earlier ones are before the scan, and end
+            // before this one.
+            _ if seq > 0 => Some(end),
+            _ => None,
+        };
+        self.start(pid, seq, now, Some(end), before_end);
     }
 
     /// What became of `seq` of `pid`.
@@ -281,7 +391,14 @@ impl Window {
             .min_by_key(|(_, s)| s.used)
             .map(|(pid, _)| *pid);
         if let Some(pid) = oldest {
-            self.producers.remove(&pid);
+            if let Some(seen) = self.producers.remove(&pid) {
+                let summary = Summary {
+                    next: seen.next(),
+                    newest_end: seen.newest_end(),
+                };
+                self.forgotten
+                    .insert(pid, summary, self.bounds.max_producers);
+            }
         }
     }
 }
@@ -424,8 +541,8 @@ mod tests {
         assert_eq!(w.lookup(&A, 2), Lookup::Stored { end: 20 });
         assert_eq!(
             w.admit(&A, 1, t0),
-            Verdict::OutOfSequence { expected: 5 },
-            "too old to tell: not stored again"
+            Verdict::Duplicate(Some(10)),
+            "older than the window: a duplicate acknowledged once the newest forgotten end is durable"
         );
         let later = t0 + Duration::from_secs(11);
         assert_eq!(
@@ -434,14 +551,120 @@ mod tests {
             "all aged out: the next sequence stays"
         );
         assert_eq!(w.lookup(&A, 4), Lookup::Unknown);
-        assert_eq!(w.admit(&A, 5, later), Verdict::New);
+        assert_eq!(
+            w.admit(&A, 4, later),
+            Verdict::Duplicate(Some(40)),
+            "aged out, still stored"
+        );
+        assert_eq!(w.admit_at(&A, 5, later, Some(50)), Verdict::New);
         w.admit(&B, 0, later + Duration::from_secs(1));
         w.admit(&[3; 16], 0, later + Duration::from_secs(2));
         assert_eq!(w.producers(), 2, "A, used the longest ago, was forgotten");
         assert_eq!(w.lookup(&A, 5), Lookup::Unknown);
+        assert_eq!(w.forgotten(), 1, "... and summed up");
         assert_eq!(
-            w.admit(&A, 6, later),
-            Verdict::OutOfSequence { expected: 0 }
+            w.admit(&A, 7, later),
+            Verdict::OutOfSequence { expected: 6 }
+        );
+        assert_eq!(w.admit(&A, 6, later), Verdict::New, "it goes on");
+    }
+
+    #[test]
+    fn a_producer_pushed_out_by_others_is_not_stored_twice_when_it_comes_back() {
+        // Found by an attack on #18: with max_producers 4, producer A's 0 and 1 were stored,
+        // five others pushed A out, and A's retries of 0 and 1 were stored a second time.
+        let now = Instant::now();
+        let mut w = Window::new(Bounds {
+            max_producers: 4,
+            ..Bounds::default()
+        });
+        assert_eq!(w.admit_at(&A, 0, now, Some(100)), Verdict::New);
+        assert_eq!(w.admit_at(&A, 1, now, Some(200)), Verdict::New);
+        for n in 0..5u8 {
+            let other = zper_wire::idempotent::producer_id([10 + n; 16]);
+            assert_eq!(w.admit_at(&other, 0, now, Some(300)), Verdict::New);
+        }
+        assert_eq!(w.lookup(&A, 0), Lookup::Unknown, "A was pushed out");
+        for seq in [0, 1, 0] {
+            assert_eq!(
+                w.admit_at(&A, seq, now, Some(400)),
+                Verdict::Duplicate(Some(200)),
+                "retry of {seq}: acknowledged once A's newest is durable, not stored"
+            );
+        }
+        assert_eq!(
+            w.admit_at(&A, 3, now, Some(400)),
+            Verdict::OutOfSequence { expected: 2 }
+        );
+        assert_eq!(w.admit_at(&A, 2, now, Some(400)), Verdict::New);
+        assert_eq!(
+            w.admit_at(&A, 1, now, Some(500)),
+            Verdict::Duplicate(Some(200))
+        );
+        assert_eq!(
+            w.admit_at(&A, 2, now, Some(500)),
+            Verdict::Duplicate(Some(400))
+        );
+    }
+
+    #[test]
+    fn producers_pushed_out_are_summed_up_within_a_bound() {
+        let now = Instant::now();
+        let mut w = Window::new(Bounds {
+            max_producers: 4,
+            ..Bounds::default()
+        });
+        let pid = |n: u64| {
+            let mut b = [0u8; 16];
+            b[8..].copy_from_slice(&n.to_be_bytes());
+            zper_wire::idempotent::producer_id(b)
+        };
+        for n in 0..1000 {
+            w.admit_at(&pid(n), 0, now, Some(n + 1));
+            assert!(w.forgotten() <= 8, "at most twice max_producers");
+        }
+        assert_eq!(w.producers(), 4);
+        assert!(w.forgotten() >= 4);
+        assert_eq!(
+            w.admit_at(&pid(990), 0, now, None),
+            Verdict::Duplicate(Some(991))
+        );
+        assert_eq!(
+            w.admit_at(&pid(0), 1, now, None),
+            Verdict::OutOfSequence { expected: 0 },
+            "summed up so long ago it is unknown again: it must start at 0"
+        );
+    }
+
+    #[test]
+    fn a_rebuild_sums_up_the_producers_it_pushes_out() {
+        // After a restart the window is rebuilt from the log; the producers found first are
+        // pushed out, and must still not have their retries stored twice.
+        let now = Instant::now();
+        let mut w = Window::new(Bounds {
+            max_producers: 4,
+            ..Bounds::default()
+        });
+        w.found(&A, 0, 10, now);
+        w.found(&A, 1, 20, now);
+        for n in 0..4u8 {
+            w.found(
+                &zper_wire::idempotent::producer_id([10 + n; 16]),
+                0,
+                30,
+                now,
+            );
+        }
+        assert_eq!(
+            w.admit_at(&A, 0, now, Some(40)),
+            Verdict::Duplicate(Some(20))
+        );
+        assert_eq!(w.admit_at(&A, 2, now, Some(40)), Verdict::New);
+        // Found first past its sequence 0: the earlier ones were stored before the scan.
+        w.found(&B, 7, 50, now);
+        assert_eq!(
+            w.admit_at(&B, 3, now, Some(60)),
+            Verdict::Duplicate(Some(50))
         );
     }
 
