@@ -70,7 +70,7 @@ pub const KEYS: &[ConfigKey] = &[
     key("auto_create_topics", "true", "true or false", "whether a write to a topic that does not exist creates it with the defaults; `false`: such writes are refused with status 105 (mode 1 and 2 get it) until `zper topics create` made the topic"),
     key("idempotence.window_messages", "4096", ">= 1", "idempotent producers (mode 0x41/0x42, docs/protocol.md): the newest messages of each producer a fragment leader remembers, so their retries are stored once"),
     key("idempotence.window", "120000", "ms or a duration (`2m`), >= 1 ms", "... and for how long"),
-    key("idempotence.max_producers", "1024", ">= 1", "... and how many producers per fragment (the one unused the longest is pushed out, summed up in 32 bytes for as long as max_producers others after it)"),
+    key("idempotence.max_producers", "1024", ">= 1", "... and how many producers per fragment (when full, the eighth unused the longest is pushed out, each summed up in about 40 bytes until max_producers to 2 * max_producers others were pushed out after it)"),
     key("acks", "all", "all or leader", "`all`: an ack means durable on every in-sync replica; `leader`: durable on the leader (the single-node behaviour; readers still stop at the high-water mark)"),
     key("node.id", "1", ">= 1", "this node's id in the Raft group"),
     key("node.name", "", "text", "human name; default `node<id>`"),

@@ -17,7 +17,7 @@
 //! What the window forgets is summed up, not lost: a producer keeps its next sequence and the
 //! end of its newest forgotten message, so a retry of a message older than the window is still
 //! a duplicate (acknowledged once everything up to that end is durable), never stored twice. A
-//! producer pushed out by `max_producers` is summed up the same way in [`Forgotten`] (16 + 16
+//! producer pushed out by `max_producers` is summed up the same way in [`Forgotten`] (about 40
 //! bytes, for the newest `max_producers` to `2 * max_producers` producers forgotten), and goes on
 //! at its next sequence when it comes back. A producer the window does not know at all (new, or
 //! forgotten beyond that) must start at sequence 0, so a producer whose first messages were lost
