@@ -27,8 +27,13 @@
 # written end, not the flushed one (spec zper.md §5.4), so its produce times end earlier.
 # BASELINE, another zper binary (an older build), runs the same zper steps in every round, so a
 # change is measured as zper/baseline ratios of one run.
+# Before the rounds it writes and deletes WARM_MB of zeros in /dev/shm: on a virtual machine the
+# first write into guest memory never touched before is about 10x slower (measured here: the
+# first GiB into the page cache at 0.4-0.5 GB/s, the next at 5 GB/s), so whichever target first
+# grew the page cache paid for it, in time and in kernel CPU (half the node's CPU in a produce
+# profile was that copy).
 # Env: N (3000000), SIZE (100), ROUNDS (5), CONF (extra node config lines), PORT_BASE (28000),
-# BASELINE.
+# BASELINE, WARM_MB (4096; 0 skips it).
 # Needs: cc and zmq.h (Debian: libzmq3-dev); for the original, a JDK.
 set -euo pipefail
 # shellcheck source=lib/node-config.sh
@@ -47,6 +52,11 @@ if ! cc -O2 -o "$work/zbench" "$here/wire/zbench.c" -lzmq 2>"$work/cc.log"; then
   exit 2
 fi
 zb=$work/zbench
+if [ "${WARM_MB:-4096}" -gt 0 ]; then
+  warm=$(mktemp -p /dev/shm 2>/dev/null || mktemp)
+  dd if=/dev/zero of="$warm" bs=1M count="${WARM_MB:-4096}" status=none || true
+  rm -f "$warm"
+fi
 
 ORIGINAL_PID=
 original() { # builds and starts the original ZPER, sets ORIGINAL_WRITER, ORIGINAL_READER, ORIGINAL_PID
