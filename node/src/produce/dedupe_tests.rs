@@ -5,6 +5,21 @@ use super::*;
 const A: ProducerId = zper_wire::idempotent::producer_id([1; 16]);
 const B: ProducerId = zper_wire::idempotent::producer_id([2; 16]);
 
+/// Producer `n`'s id.
+fn pid(n: u64) -> ProducerId {
+    let mut b = [0u8; 16];
+    b[8..].copy_from_slice(&n.to_be_bytes());
+    zper_wire::idempotent::producer_id(b)
+}
+
+/// An empty window of at most `max_producers` producers, other bounds the defaults.
+fn window_of(max_producers: usize) -> Window {
+    Window::new(Bounds {
+        max_producers,
+        ..Bounds::default()
+    })
+}
+
 fn id(pid: &ProducerId, seq: u64) -> Vec<u8> {
     zper_wire::idempotent::message_id(pid, seq).to_vec()
 }
@@ -58,11 +73,6 @@ fn a_rebuilt_window_past_its_producer_bound_keeps_the_newest_producers() {
         ..Bounds::default()
     };
     let mut w = Window::new(bounds);
-    let pid = |n: u64| {
-        let mut b = [0u8; 16];
-        b[8..].copy_from_slice(&n.to_be_bytes());
-        zper_wire::idempotent::producer_id(b)
-    };
     for n in 0..100 {
         w.found(&pid(n), 0, n * 10 + 10, now);
     }
@@ -181,10 +191,7 @@ fn a_producer_pushed_out_by_others_is_not_stored_twice_when_it_comes_back() {
     // Found by an attack on #18: with max_producers 4, producer A's 0 and 1 were stored,
     // five others pushed A out, and A's retries of 0 and 1 were stored a second time.
     let now = Instant::now();
-    let mut w = Window::new(Bounds {
-        max_producers: 4,
-        ..Bounds::default()
-    });
+    let mut w = window_of(4);
     assert_eq!(w.admit_at(&A, 0, now, Some(100)), Verdict::New);
     assert_eq!(w.admit_at(&A, 1, now, Some(200)), Verdict::New);
     for n in 0..5u8 {
@@ -217,15 +224,7 @@ fn a_producer_pushed_out_by_others_is_not_stored_twice_when_it_comes_back() {
 #[test]
 fn producers_pushed_out_are_summed_up_within_a_bound() {
     let now = Instant::now();
-    let mut w = Window::new(Bounds {
-        max_producers: 4,
-        ..Bounds::default()
-    });
-    let pid = |n: u64| {
-        let mut b = [0u8; 16];
-        b[8..].copy_from_slice(&n.to_be_bytes());
-        zper_wire::idempotent::producer_id(b)
-    };
+    let mut w = window_of(4);
     for n in 0..1000 {
         w.admit_at(&pid(n), 0, now, Some(n + 1));
         assert!(w.forgotten() <= 8, "at most twice max_producers");
@@ -248,10 +247,7 @@ fn a_rebuild_sums_up_the_producers_it_pushes_out() {
     // After a restart the window is rebuilt from the log; the producers found first are
     // pushed out, and must still not have their retries stored twice.
     let now = Instant::now();
-    let mut w = Window::new(Bounds {
-        max_producers: 4,
-        ..Bounds::default()
-    });
+    let mut w = window_of(4);
     w.found(&A, 0, 10, now);
     w.found(&A, 1, 20, now);
     for n in 0..4u8 {
