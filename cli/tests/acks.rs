@@ -173,6 +173,41 @@ fn acks_waiting_when_the_isr_falls_below_min_insync_get_103_not_an_ack() {
     ));
 }
 
+/// helper-21 (stop 38) saw writes refused and the ISR unchanged 9 s after a follower was
+/// paused with SIGSTOP. When the paused follower also leads Raft, the ISR change must wait for
+/// a new Raft leader; it must still come, and acked writes must work again without the
+/// paused node.
+#[test]
+fn a_paused_follower_that_leads_raft_leaves_the_isr_and_acked_writes_resume() {
+    let c = TestCluster::start_with("min_insync = 2\nreplica.lag_ms = 300\n");
+    // A topic whose leader is not the Raft leader (placement spreads leaders over nodes).
+    let raft = raft_leader(&c.http(1)).expect("a Raft leader");
+    let (topic, leader) = (0..12)
+        .map(|i| format!("away{i}"))
+        .find_map(|t| {
+            let l = c.create(&t, 3);
+            (l != raft).then_some((t, l))
+        })
+        .expect("a topic led by a node that does not lead Raft");
+    assert_eq!(c.produce_all(leader, &topic, 0..10).len(), 10);
+    let started = std::time::Instant::now();
+    c.nodes[raft as usize - 1].pause();
+    assert!(
+        eventually_within(std::time::Duration::from_secs(30), || c
+            .fragment(leader, &topic)["isr"]
+            .as_array()
+            .is_some_and(|isr| isr.len() == 2 && !isr.contains(&json!(raft)))),
+        "{}",
+        c.fragment(leader, &topic)
+    );
+    eprintln!("ISR shrank {:?} after the pause", started.elapsed());
+    assert!(eventually_within(std::time::Duration::from_secs(30), || c
+        .produce_acked(leader, &topic, 10..11)
+        == [10]));
+    eprintln!("acked writes resumed {:?} after the pause", started.elapsed());
+    c.nodes[raft as usize - 1].resume();
+}
+
 #[test]
 fn acks_leader_acknowledges_at_the_leaders_flush_while_replicas_are_away() {
     // Long lease and lag: the frozen replica stays in the ISR throughout, so with acks = all
