@@ -14,6 +14,10 @@
 #              the C client and with `zper perf consume` (zper's own client).
 #   cpu        the node's CPU time (user + system, /proc) during produce1 per message; raw: the
 #              PULL process's own CPU per message.
+#   consume-cpu  the node's CPU time during the C client's consume, per message.
+#   produce4-cpu, produce4-client-cpu  the node's and the four producers' CPU time during
+#              produce4, per message: on a machine of C cores the rate is at most about
+#              C / (their sum), whatever the broker does.
 #
 # The original ZPER (Java, miniway/zper on JeroMQ 0.3.5) is built only when you provide it:
 #   ORIGINAL_SRC  a checkout of miniway/zper (its src/main/java is compiled with javac)
@@ -128,9 +132,15 @@ broker() { # label writer reader pid
     "$zb" produce "$w" "$r" "$topic" "$((N / 4))" "$SIZE" "$i" "$N" > "$work/p$i" &
     pids+=($!)
   done
+  c0=$(cpu_of "$pid")
   wait "${pids[@]}"
+  c1=$(cpu_of "$pid")
   t=$(cat "$work"/p[1-4] | awk '$3 > m {m = $3} END {print m}')
   echo "$label produce4 $(awk -v n="$N" -v t="$t" 'BEGIN{printf "%.0f", n/t}') msg/s"
+  # Where the two cores went: the node's CPU and the four clients' CPU, per message. Their sum
+  # bounds the rate on a machine of C cores at about C / sum.
+  echo "$label produce4-cpu $(awk -v n="$N" -v a="$c0" -v b="$c1" 'BEGIN{printf "%.3f", (b-a)*1e6/n}') us/msg"
+  echo "$label produce4-client-cpu $(cat "$work"/p[1-4] | awk -v n="$N" '{c += $4} END {printf "%.3f", c*1e6/n}') us/msg"
 }
 
 raw() {
@@ -156,10 +166,13 @@ raw() {
   echo "raw produce4 $(awk -v n="$N" -v t="$t" 'BEGIN{printf "%.0f", n/t}') msg/s"
 }
 
-consume() { # label reader topic
-  local label=$1 r=$2 topic=$3 line
+consume() { # label reader topic pid
+  local label=$1 r=$2 topic=$3 pid=$4 line c0 c1
+  c0=$(cpu_of "$pid")
   line=$("$zb" consume "$r" "$topic" 1048576)
+  c1=$(cpu_of "$pid")
   echo "$label consume $(echo "$line" | awk '{printf "%.0f", $2/$4}') msg/s"
+  echo "$label consume-cpu $(echo "$line" | awk -v a="$c0" -v b="$c1" '{printf "%.4f", (b-a)*1e6/$2}') us/msg"
 }
 
 zper_steps() { # label binary: a fresh node, produce, consume with the C client and its own
@@ -168,7 +181,7 @@ zper_steps() { # label binary: a fresh node, produce, consume with the C client 
   local w=tcp://127.0.0.1:$((P + 55)) r=tcp://127.0.0.1:$((P + 56))
   broker "$label" "$w" "$r" "$NODE_PID"
   "$zb" produce "$w" "$r" cons "$N" "$SIZE" >/dev/null
-  consume "$label" "$r" cons
+  consume "$label" "$r" cons "$NODE_PID"
   perf=$("$bin" perf consume -t cons -r "127.0.0.1:$((P + 56))" -n "$N" | sed -n 's/.*msg_per_s=\([0-9.]*\).*/\1/p')
   echo "$label-perf consume ${perf%.*} msg/s"
   kill "$NODE_PID"; wait "$NODE_PID" 2>/dev/null || true
@@ -188,7 +201,7 @@ for round in $(seq "$ROUNDS"); do
     if [ -n "$ORIGINAL_PID" ]; then
       broker original "$ORIGINAL_WRITER" "$ORIGINAL_READER" "$ORIGINAL_PID"
       "$zb" produce "$ORIGINAL_WRITER" "$ORIGINAL_READER" cons$round "$N" "$SIZE" >/dev/null
-      consume original "$ORIGINAL_READER" cons$round
+      consume original "$ORIGINAL_READER" cons$round "$ORIGINAL_PID"
     fi
   } | sed -u "s/^/round $round: /" | tee -a "$out"
 done
@@ -206,10 +219,14 @@ for step in produce1 produce4 cpu; do
     awk -v s="$step" -v z="$z" -v o="$o" 'BEGIN { printf "%-9s zper %12s  original   %12s  zper/original %.2f\n", s, z, o, z / o }'
   fi
 done
+for who in zper ${ORIGINAL_PID:+original}; do
+  n=$(pick "$who" produce4-cpu); c=$(pick "$who" produce4-client-cpu)
+  awk -v w="$who" -v n="$n" -v c="$c" -v k="$(nproc)" 'BEGIN { printf "produce4  %-8s node %s + 4 clients %s us/msg: at most ~%.1fM msg/s on %d cores\n", w, n, c, k / (n + c), k }'
+done
 z=$(pick zper consume); p=$(pick zper-perf consume)
 awk -v z="$z" -v p="$p" 'BEGIN { printf "consume   C client %12s msg/s  zper perf consume %12s msg/s  perf/C %.2f\n", z, p, p / z }'
 if [ -n "${BASELINE:-}" ]; then
-  for step in produce1 produce4 cpu consume; do
+  for step in produce1 produce4 cpu consume consume-cpu; do
     a=$(pick zper "$step"); b=$(pick baseline "$step")
     awk -v s="$step" -v a="$a" -v b="$b" 'BEGIN { printf "%-9s zper %12s  baseline   %12s  zper/baseline %.2f\n", s, a, b, a / b }'
   done
@@ -219,4 +236,6 @@ fi
 if [ -n "$ORIGINAL_PID" ]; then
   o=$(pick original consume)
   awk -v z="$z" -v o="$o" 'BEGIN { printf "consume   zper %12s  original %12s  zper/original %.2f\n", z, o, z / o }'
+  z=$(pick zper consume-cpu); o=$(pick original consume-cpu)
+  awk -v z="$z" -v o="$o" 'BEGIN { printf "consume-cpu zper %10s  original %12s  zper/original %.2f (server CPU per message)\n", z, o, z / o }'
 fi

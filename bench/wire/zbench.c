@@ -6,8 +6,9 @@
  *       A DEALER with a mode-0 identity for TOPIC (uuid from ID) sends COUNT messages of SIZE
  *       bytes, then asks READER (OFFSET -1) until the end it reports covers COUNT messages
  *       more than at its start, or, with TOTAL, TOTAL messages from offset 0 (a fresh topic).
- *       Prints "produce <count> <seconds from the first send to that end>": zper's flushed end,
- *       the original's written end (which favours the original). Several producers on one
+ *       Prints "produce <count> <seconds from the first send to that end> <its CPU seconds,
+ *       user + system, all its threads>": zper's flushed end, the original's written end (which
+ *       favours the original). Several producers on one
  *       fresh topic each pass the sum as TOTAL; the slowest one's time is the run's.
  *   zbench push ENDPOINT COUNT SIZE        A PUSH sends COUNT messages of SIZE bytes.
  *   zbench sink BIND COUNT                 A PULL receives COUNT messages; prints
@@ -132,7 +133,12 @@ static int produce(int argc, char **argv) {
     for (long i = 0; i < count; i++)
         if (zmq_send(s, body, size, 0) < 0) die("send");
     while (flushed_end(r) < want) usleep(500);
-    printf("produce %ld %.6f\n", count, now() - t0);
+    double elapsed = now() - t0;
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("produce %ld %.6f %.6f\n", count, elapsed,
+           ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec +
+               ru.ru_stime.tv_usec / 1e6);
     zmq_close(s);
     zmq_close(r);
     zmq_ctx_term(ctx);

@@ -201,10 +201,14 @@ fn a_paused_follower_that_leads_raft_leaves_the_isr_and_acked_writes_resume() {
         c.fragment(leader, &topic)
     );
     eprintln!("ISR shrank {:?} after the pause", started.elapsed());
-    assert!(eventually_within(std::time::Duration::from_secs(30), || c
-        .produce_acked(leader, &topic, 10..11)
-        == [10]));
-    eprintln!("acked writes resumed {:?} after the pause", started.elapsed());
+    assert!(eventually_within(
+        std::time::Duration::from_secs(30),
+        || c.produce_acked(leader, &topic, 10..11) == [10]
+    ));
+    eprintln!(
+        "acked writes resumed {:?} after the pause",
+        started.elapsed()
+    );
     c.nodes[raft as usize - 1].resume();
 }
 

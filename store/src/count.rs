@@ -53,9 +53,8 @@ impl TopicLog {
                     return Ok(None);
                 }
                 let want = (end - entry.0).min(chunk);
-                let mut buf = vec![0u8; usize::try_from(want).unwrap_or(usize::MAX)];
-                let got = self.read_stored(seg, &mut buf, entry.0)?;
-                buf.truncate(got);
+                let buf =
+                    self.read_stored(seg, usize::try_from(want).unwrap_or(usize::MAX), entry.0)?;
                 let (mut pos, mut through, mut messages) = (0usize, 0usize, 0u64);
                 for rec in Records::new(&buf) {
                     pos += rec.stored_len();

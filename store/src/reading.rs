@@ -8,7 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use zper_wire::{Records, Timestamp};
 
 use crate::index::walk_to;
-use crate::segment::{ReadFailure, Segment};
+use crate::segment::{pread_new, ReadFailure, Segment};
 use crate::{StoreError, TopicLog};
 
 /// Bytes of one FETCH: a raw range of one segment.
@@ -171,9 +171,7 @@ impl TopicLog {
         let loc = self.locate(offset)?;
         let off = offset as u64; // locate checked it is >= 0
         let n = max_bytes.min(cap).min(loc.visible_end - off);
-        let mut bytes = read_buffer(n as usize);
-        let got = self.read_stored(&loc.seg, &mut bytes, off)?;
-        bytes.truncate(got);
+        let bytes = self.read_stored(&loc.seg, n as usize, off)?;
         Ok(Fetched {
             offset: off,
             bytes,
@@ -190,11 +188,9 @@ impl TopicLog {
         let mut available = loc.visible_end - off;
         let mut want = available.min(cap);
         loop {
-            let mut bytes = read_buffer(want as usize);
-            let got = self.read_stored(&loc.seg, &mut bytes, off)?;
-            if got < bytes.len() {
-                bytes.truncate(got);
-                (want, available) = (got as u64, got as u64);
+            let bytes = self.read_stored(&loc.seg, want as usize, off)?;
+            if (bytes.len() as u64) < want {
+                (want, available) = (bytes.len() as u64, bytes.len() as u64);
             }
             let mut it = Records::new(&bytes);
             let mut payloads = Vec::new();
@@ -238,11 +234,9 @@ impl TopicLog {
         }
         let mut want = available.min(cap.max(1));
         loop {
-            let mut bytes = read_buffer(want as usize);
-            let got = self.read_stored(&loc.seg, &mut bytes, offset)?;
-            if got < bytes.len() {
-                bytes.truncate(got);
-                (want, available) = (got as u64, got as u64);
+            let bytes = self.read_stored(&loc.seg, want as usize, offset)?;
+            if (bytes.len() as u64) < want {
+                (want, available) = (bytes.len() as u64, bytes.len() as u64);
             }
             let mut out = Vec::new();
             let mut frames = Vec::new();
@@ -295,11 +289,9 @@ impl TopicLog {
         }
         let mut want = available.min(cap.max(1));
         loop {
-            let mut bytes = read_buffer(want as usize);
-            let got = self.read_stored(&loc.seg, &mut bytes, offset)?;
-            if got < bytes.len() {
-                bytes.truncate(got);
-                (want, available) = (got as u64, got as u64);
+            let mut bytes = self.read_stored(&loc.seg, want as usize, offset)?;
+            if (bytes.len() as u64) < want {
+                (want, available) = (bytes.len() as u64, bytes.len() as u64);
             }
             let mut starts = Vec::new();
             let (mut pos, mut start, mut in_message) = (0usize, 0usize, false);
@@ -386,47 +378,48 @@ fn millis(t: SystemTime) -> i64 {
 }
 
 impl TopicLog {
-    /// Reads stored bytes at absolute `offset` of `seg` for a reader: a closed segment's bytes
-    /// are checked against their checksums first (issue #13), so damaged bytes are never
-    /// served; the damage is noted on the log.
+    /// Reads `n` stored bytes at absolute `offset` of `seg` for a reader into a new buffer
+    /// (never zeroed first, see [`pread_new`]): a closed segment's bytes are checked against
+    /// their checksums first (issue #13), so damaged bytes are never served; the damage is
+    /// noted on the log.
+    ///
+    /// Returns fewer than `n` bytes when a damaged range starts inside the range (the read
+    /// stops there; `locate` already stops reads at ranges known before).
     ///
     /// Errors: `Corrupt`; I/O.
-    /// Returns how many bytes of `buf` were filled: fewer than asked when a damaged range
-    /// starts inside it (the read stops there; `locate` already stops reads at ranges known
-    /// before).
     pub(crate) fn read_stored(
         &self,
         seg: &Segment,
-        buf: &mut [u8],
+        n: usize,
         offset: u64,
-    ) -> Result<usize, StoreError> {
+    ) -> Result<Vec<u8>, StoreError> {
         if !seg.is_closed() {
-            read_exact_at(seg, buf, offset)?;
-            return Ok(buf.len());
+            return seg
+                .file()
+                .and_then(|f| pread_new(&f, n, offset - seg.start))
+                .map_err(|e| StoreError::io("read", &seg.path, e));
         }
-        match self.read_checked(seg, buf, offset) {
-            Ok(()) => Ok(buf.len()),
+        match self.read_checked(seg, n, offset) {
             Err(StoreError::Corrupt { start, .. }) if start > offset => {
-                let n = usize::try_from(start - offset).map_or(buf.len(), |n| n.min(buf.len()));
-                self.read_checked(seg, &mut buf[..n], offset)?;
-                Ok(n)
+                let n = usize::try_from(start - offset).map_or(n, |m| m.min(n));
+                self.read_checked(seg, n, offset)
             }
-            Err(e) => Err(e),
+            other => other,
         }
     }
 
-    /// Reads bytes at absolute `offset` of `seg`, checking every byte a checksum covers; a
-    /// mismatch is logged, counted and noted as damage on the log.
+    /// Reads `n` bytes at absolute `offset` of `seg` into a new buffer, checking every byte a
+    /// checksum covers; a mismatch is logged, counted and noted as damage on the log.
     ///
     /// Errors: `Corrupt`; I/O.
     pub(crate) fn read_checked(
         &self,
         seg: &Segment,
-        buf: &mut [u8],
+        n: usize,
         offset: u64,
-    ) -> Result<(), StoreError> {
-        match seg.read_verified(buf, offset - seg.start) {
-            Ok(()) => Ok(()),
+    ) -> Result<Vec<u8>, StoreError> {
+        match seg.read_verified(n, offset - seg.start) {
+            Ok(buf) => Ok(buf),
             Err(ReadFailure::Io(e)) => Err(StoreError::io("read", &seg.path, e)),
             Err(ReadFailure::Corrupt(m)) => {
                 let (start, end) = (seg.start + m.start, seg.start + m.end);
@@ -450,21 +443,4 @@ impl TopicLog {
             }
         }
     }
-}
-
-fn read_exact_at(seg: &Segment, buf: &mut [u8], offset: u64) -> Result<(), StoreError> {
-    seg.file()
-        .and_then(|f| f.read_exact_at(buf, offset - seg.start))
-        .map_err(|e| StoreError::io("read", &seg.path, e))
-}
-/// A buffer of `n` bytes to read stored bytes into. Written with zeros by the CPU rather
-/// than allocated zeroed: the allocator zeroes a recycled large block by handing its pages
-/// back to the kernel, so every FETCH of 1 MiB paid 256 page faults when `pread` filled it
-/// (a third of the reader's CPU in a profile of issue #17's consume benchmark).
-/// Clippy's `vec![0; n]` is exactly the zeroed allocation this avoids.
-#[allow(clippy::slow_vector_initialization)]
-pub(crate) fn read_buffer(n: usize) -> Vec<u8> {
-    let mut buf = Vec::with_capacity(n);
-    buf.resize(n, 0);
-    buf
 }

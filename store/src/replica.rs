@@ -126,9 +126,8 @@ impl TopicLog {
         let available = seg_end - offset;
         let mut want = available.min(max_bytes.max(1));
         loop {
-            let mut bytes = crate::reading::read_buffer(want as usize);
             // Checked: a damaged leader never ships damage to its replicas (issue #13).
-            self.read_checked(&seg, &mut bytes, offset)?;
+            let mut bytes = self.read_checked(&seg, want as usize, offset)?;
             let mut it = Records::new(&bytes);
             it.by_ref().for_each(drop);
             let whole = it.message_bytes() as u64;
