@@ -33,6 +33,14 @@ static double now(void) {
     return t.tv_sec + t.tv_nsec / 1e9;
 }
 
+/* This process's CPU time so far, user + system, all its threads (libzmq's I/O thread too). */
+static double cpu_seconds(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec +
+           ru.ru_stime.tv_usec / 1e6;
+}
+
 static void die(const char *what) {
     fprintf(stderr, "zbench: %s: %s\n", what, zmq_strerror(zmq_errno()));
     exit(1);
@@ -133,12 +141,7 @@ static int produce(int argc, char **argv) {
     for (long i = 0; i < count; i++)
         if (zmq_send(s, body, size, 0) < 0) die("send");
     while (flushed_end(r) < want) usleep(500);
-    double elapsed = now() - t0;
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    printf("produce %ld %.6f %.6f\n", count, elapsed,
-           ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec +
-               ru.ru_stime.tv_usec / 1e6);
+    printf("produce %ld %.6f %.6f\n", count, now() - t0, cpu_seconds());
     zmq_close(s);
     zmq_close(r);
     zmq_ctx_term(ctx);
@@ -178,12 +181,7 @@ static int sink(int argc, char **argv) {
         if (zmq_msg_recv(&m, s, 0) < 0) die("recv");
         if (i == 0) t0 = now();
     }
-    double elapsed = now() - t0;
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    printf("sink %ld %.6f %.6f\n", count, elapsed,
-           ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec +
-               ru.ru_stime.tv_usec / 1e6);
+    printf("sink %ld %.6f %.6f\n", count, now() - t0, cpu_seconds());
     zmq_msg_close(&m);
     zmq_close(s);
     zmq_ctx_term(ctx);
