@@ -155,18 +155,13 @@ impl Checksums {
     /// Notes an append of `chunk` (whole messages) that started at relative `at`: one entry
     /// per run of whole messages of about [`PIECE`] bytes, so a damaged byte fences its
     /// piece, not a whole large batch (issue #13: one byte fenced 3,922 messages of one
-    /// 262 KB append).
-    pub(crate) fn appended_pieces(&mut self, at: u64, chunk: &[u8]) {
+    /// 262 KB append). `ends` are the chunk-relative message ends where pieces before the last
+    /// end, ascending, as `crate::plan` chose them (message ends at least [`PIECE`] apart).
+    pub(crate) fn appended_pieces(&mut self, at: u64, chunk: &[u8], ends: &[usize]) {
         let mut from = 0usize;
-        if chunk.len() > PIECE {
-            let mut pos = 0usize;
-            for rec in zper_wire::Records::new(chunk) {
-                pos += rec.stored_len();
-                if !rec.more && pos - from >= PIECE && pos < chunk.len() {
-                    self.appended(at + pos as u64, &chunk[from..pos]);
-                    from = pos;
-                }
-            }
+        for &end in ends.iter().filter(|&&e| e < chunk.len()) {
+            self.appended(at + end as u64, &chunk[from..end]);
+            from = end;
         }
         self.appended(at + chunk.len() as u64, &chunk[from..]);
     }
@@ -379,7 +374,16 @@ mod tests {
         }
         let mut sums = Checksums::fresh();
         sums.appended(7, b"1234567");
-        sums.appended_pieces(7, &chunk);
+        let start = crate::plan::Start {
+            at: 7,
+            segment_start: 0,
+            last_indexed: Some(0),
+            segment_size: u64::MAX,
+        };
+        let pieces = crate::plan::plan(&chunk, start).expect("whole")[0]
+            .pieces
+            .clone();
+        sums.appended_pieces(7, &chunk, &pieces);
         assert!(sums.entries.len() > 5, "{}", sums.entries.len());
         assert_eq!(sums.covered(), 7 + chunk.len() as u64);
         for (i, e) in sums.entries.iter().enumerate().skip(1) {

@@ -40,6 +40,19 @@ impl SparseIndex {
         }
     }
 
+    /// The last entry (the last record start noted).
+    pub(crate) fn last(&self) -> Option<u64> {
+        self.entries.last().copied()
+    }
+
+    /// Notes record starts already chosen [`STRIDE`] apart past [`SparseIndex::last`]
+    /// (`crate::plan`), ascending.
+    pub(crate) fn note_starts(&mut self, starts: &[u64]) {
+        for &pos in starts {
+            self.note(pos);
+        }
+    }
+
     /// Drops entries past `end` (after a torn tail was cut), and damaged ranges from there.
     pub(crate) fn truncate(&mut self, end: u64) {
         self.entries.retain(|&e| e <= end);

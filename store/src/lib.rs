@@ -13,6 +13,7 @@ mod epochs;
 mod error;
 pub mod flush;
 mod index;
+mod plan;
 mod reading;
 mod recovery;
 mod replica;

@@ -174,20 +174,9 @@ impl TopicLog {
                 got: offset,
             });
         }
-        let mut it = Records::new(bytes);
-        let messages = it.by_ref().filter(|r| !r.more).count() as u64;
-        if it.message_bytes() != bytes.len() {
-            return Err(StoreError::MalformedAppend {
-                topic: self.name.clone(),
-                reason: format!(
-                    "{} of {} bytes form whole messages",
-                    it.message_bytes(),
-                    bytes.len()
-                ),
-            });
-        }
-        if !bytes.is_empty() {
-            self.write_chunk(&mut st, bytes, messages)?;
+        // A replica rotates where its leader did, not by its own segment size.
+        for chunk in self.plan(&st, bytes, u64::MAX)? {
+            self.write_chunk(&mut st, bytes, &chunk)?;
         }
         if rotate_after && st.written_end > st.active().start {
             self.rotate(&mut st)?;

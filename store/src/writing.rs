@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use tracing::{debug, info};
-use zper_wire::Records;
 
 use crate::index::SparseIndex;
+use crate::plan::{plan, Chunk, Start};
 use crate::segment::{file_name, Segment};
 use crate::topic::{FlushOutcome, TopicState};
 use crate::{StoreError, TopicLog};
@@ -34,47 +34,57 @@ impl TopicLog {
                 reason: reason.clone(),
             });
         }
-        let mut ends = Vec::new();
-        let mut pos = 0usize;
-        let mut it = Records::new(records);
-        for rec in it.by_ref() {
-            pos += rec.stored_len();
-            if !rec.more {
-                ends.push(pos);
-            }
-        }
-        if it.message_bytes() != records.len() {
-            return Err(StoreError::MalformedAppend {
-                topic: self.name.clone(),
-                reason: format!(
-                    "{} of {} bytes form whole messages",
-                    it.message_bytes(),
-                    records.len()
-                ),
-            });
-        }
-        let (mut from, mut count) = (0usize, 0u64);
-        for end in ends {
-            count += 1;
-            let seg_len = st.written_end - st.active().start + (end - from) as u64;
-            if seg_len > self.segment_size {
-                self.write_chunk(&mut st, &records[from..end], count)?;
+        for chunk in self.plan(&st, records, self.segment_size)? {
+            self.write_chunk(&mut st, records, &chunk)?;
+            if chunk.rotate_after {
                 self.rotate(&mut st)?;
-                (from, count) = (end, 0);
             }
-        }
-        if from < records.len() {
-            self.write_chunk(&mut st, &records[from..], count)?;
         }
         Ok(st.written_end)
     }
 
+    /// Plans an append of `records` at the written end (`crate::plan`), rotating after the
+    /// message that takes the active segment past `segment_size`.
+    ///
+    /// Errors: `MalformedAppend` when `records` is not a run of whole messages; a poisoned
+    /// index lock.
+    pub(crate) fn plan(
+        &self,
+        st: &TopicState,
+        records: &[u8],
+        segment_size: u64,
+    ) -> Result<Vec<Chunk>, StoreError> {
+        let active = st.active();
+        let last_indexed = active
+            .index
+            .lock()
+            .map_err(|_| StoreError::Poisoned(self.name.clone()))?
+            .last();
+        let start = Start {
+            at: st.written_end,
+            segment_start: active.start,
+            last_indexed,
+            segment_size,
+        };
+        plan(records, start).map_err(|whole| StoreError::MalformedAppend {
+            topic: self.name.clone(),
+            reason: format!("{whole} of {} bytes form whole messages", records.len()),
+        })
+    }
+
+    /// Writes `planned`'s bytes of `records` at the written end of the active segment and
+    /// notes them in its index and checksums.
+    ///
+    /// Errors: I/O (the write is rolled back; `broken` set when that fails too); a poisoned
+    /// index lock.
     pub(crate) fn write_chunk(
         &self,
         st: &mut TopicState,
-        chunk: &[u8],
-        messages: u64,
+        records: &[u8],
+        planned: &Chunk,
     ) -> Result<(), StoreError> {
+        let chunk = &records[planned.range.clone()];
+        let messages = planned.messages;
         let seg = st.active().clone();
         let at = st.written_end;
         let file = seg
@@ -91,8 +101,9 @@ impl TopicLog {
         seg.index
             .lock()
             .map_err(|_| StoreError::Poisoned(self.name.clone()))?
-            .note_records(at, chunk);
-        seg.sums().appended_pieces(at - seg.start, chunk);
+            .note_starts(&planned.index);
+        seg.sums()
+            .appended_pieces(at - seg.start, chunk, &planned.pieces);
         st.written_end += chunk.len() as u64;
         if st.pending == 0 {
             st.first_unflushed = Some(Instant::now());
