@@ -36,6 +36,13 @@
 # first GiB into the page cache at 0.4-0.5 GB/s, the next at 5 GB/s), so whichever target first
 # grew the page cache paid for it, in time and in kernel CPU (half the node's CPU in a produce
 # profile was that copy).
+# Warming does not last where the guest reports freed memory to its host (virtio-balloon free
+# page reporting, /sys/module/page_reporting): pages freed when a round's data is deleted go
+# back to the host within seconds and the next round's page-cache writes fault them in again.
+# Measured here (stop 41): the kernel's copy into the page cache was 27% of a node's samples in
+# a slow produce4 round and 6% in a fast one, and the same binary's produce rate and node CPU
+# per message varied 2-3x between rounds, for zper and the original alike. The script prints how
+# much was reported during the run; compare only medians of many interleaved rounds there.
 # Env: N (3000000), SIZE (100), ROUNDS (5), CONF (extra node config lines), PORT_BASE (28000),
 # BASELINE, WARM_MB (4096; 0 skips it).
 # Needs: cc and zmq.h (Debian: libzmq3-dev); for the original, a JDK.
@@ -61,6 +68,9 @@ if [ "${WARM_MB:-4096}" -gt 0 ]; then
   dd if=/dev/zero of="$warm" bs=1M count="${WARM_MB:-4096}" status=none || true
   rm -f "$warm"
 fi
+
+reported=/sys/module/page_reporting/parameters/reported_kib
+reported_at_start=$(cat "$reported" 2>/dev/null || echo)
 
 ORIGINAL_PID=
 original() { # builds and starts the original ZPER, sets ORIGINAL_WRITER, ORIGINAL_READER, ORIGINAL_PID
@@ -210,6 +220,9 @@ median() { sort -n | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[
 pick() { grep " $1 $2 " "$out" | awk '{print $5}' | median; }
 echo
 echo "medians of $ROUNDS rounds, $N messages of $SIZE bytes:"
+if [ -n "$reported_at_start" ]; then
+  awk -v a="$reported_at_start" -v b="$(cat "$reported")" 'BEGIN { if (b - a > 1048576) printf "note: this guest reported %.1f GiB of freed memory to its host during the run (free page reporting): page-cache writes fault it back in, so produce rates vary between rounds\n", (b - a) / 1048576 }'
+fi
 [ -n "$ORIGINAL_PID" ] || echo "the original ZPER was not available (set ORIGINAL_SRC and ORIGINAL_CP): compared against raw libzmq PUSH/PULL"
 for step in produce1 produce4 cpu; do
   z=$(pick zper "$step"); b=$(pick raw "$step")
