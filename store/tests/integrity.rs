@@ -356,3 +356,45 @@ fn a_damaged_or_foreign_sidecar_is_reported_and_cuts_nothing() {
     let damage = t.damage().expect("damage").expect("reported as damage");
     assert!(!damage.cut);
 }
+
+/// Known gap, found by the stop-41 attack and not fixed yet: a closed segment whose sidecar was
+/// cut short (here to its 8-byte magic) serves the bytes no entry covers unchecked, and nothing
+/// reports it: not `unchecked_segments`, not the corruption count. A damaged last entry does
+/// the same. Expected once fixed: the segment is listed as unchecked (as a missing sidecar is,
+/// above), or the uncovered bytes are fenced as damage so a replicated copy repairs them.
+#[test]
+#[ignore = "known gap (stop-41 attack): a sidecar cut short leaves its segment silently unchecked; fix, then remove this ignore"]
+fn a_sidecar_cut_short_is_reported_not_silently_unchecked() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let m = message(1, &[b'p'; 100]);
+    let len = m.len() as u64;
+    {
+        let store = Store::open(config(dir.path(), 3 * len)).expect("open");
+        let t = store.topic_or_create("t").expect("t");
+        for _ in 0..12 {
+            t.append(&m).expect("append");
+        }
+        t.flush().expect("flush");
+        assert!(t.segment_starts().expect("starts").len() >= 3);
+    }
+    let topic = dir.path().join("t");
+    let crc = fs::OpenOptions::new()
+        .write(true)
+        .open(topic.join(zper_store::checksum::file_name(0)))
+        .expect("open sidecar");
+    crc.set_len(8).expect("cut the sidecar to its magic");
+    flip(&topic.join("00000000000000000000.dat"), len + 50, 0x01);
+    let store = Store::open(config(dir.path(), 3 * len)).expect("reopen");
+    let t = store.topic_or_create("t").expect("t");
+    let read = t.fetch(0, 1 << 20, 1 << 20);
+    let served_damaged = read.as_ref().is_ok_and(|f| {
+        let second = (len as usize)..(2 * len as usize);
+        f.bytes.len() as u64 >= 2 * len && f.bytes[second] != m[..]
+    });
+    let reported = !t.unchecked_segments().expect("unchecked").is_empty()
+        || t.corruptions().expect("count") > 0;
+    assert!(
+        !served_damaged || reported,
+        "a damaged byte was served and nothing reports the segment as unchecked"
+    );
+}
