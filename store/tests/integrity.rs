@@ -214,21 +214,26 @@ fn a_missing_checksum_sidecar_is_reported_not_silently_unchecked() {
     );
 }
 
+/// Twelve 2-frame messages in topic `t` under `dir`, three segments of `3 x len` or more
+/// (closed but the last); returns the message and its stored length.
+fn closed_segments(dir: &std::path::Path) -> (Vec<u8>, u64) {
+    let m = message(1, &[b'p'; 100]);
+    let len = m.len() as u64;
+    let store = Store::open(config(dir, 3 * len)).expect("open");
+    let t = store.topic_or_create("t").expect("t");
+    for _ in 0..12 {
+        t.append(&m).expect("append");
+    }
+    t.flush().expect("flush");
+    assert!(t.segment_starts().expect("starts").len() >= 3);
+    (m, len)
+}
+
 /// Issue #13, defect 3: a flipped payload byte in a closed segment was served silently.
 #[test]
 fn a_flipped_byte_in_a_closed_segment_is_never_served_nor_replicated() {
     let dir = tempfile::tempdir().expect("tmp");
-    let m = message(1, &[b'p'; 100]);
-    let len = m.len() as u64;
-    {
-        let store = Store::open(config(dir.path(), 3 * len)).expect("open");
-        let t = store.topic_or_create("t").expect("t");
-        for _ in 0..12 {
-            t.append(&m).expect("append");
-        }
-        t.flush().expect("flush");
-        assert!(t.segment_starts().expect("starts").len() >= 3);
-    }
+    let (m, len) = closed_segments(dir.path());
     let first = dir.path().join("t").join("00000000000000000000.dat");
     flip(&first, len + 50, 0x01); // a payload byte of message 2
     let store = Store::open(config(dir.path(), 3 * len)).expect("reopen");
@@ -366,17 +371,7 @@ fn a_damaged_or_foreign_sidecar_is_reported_and_cuts_nothing() {
 #[ignore = "known gap (stop-41 attack): a sidecar cut short leaves its segment silently unchecked; fix, then remove this ignore"]
 fn a_sidecar_cut_short_is_reported_not_silently_unchecked() {
     let dir = tempfile::tempdir().expect("tmp");
-    let m = message(1, &[b'p'; 100]);
-    let len = m.len() as u64;
-    {
-        let store = Store::open(config(dir.path(), 3 * len)).expect("open");
-        let t = store.topic_or_create("t").expect("t");
-        for _ in 0..12 {
-            t.append(&m).expect("append");
-        }
-        t.flush().expect("flush");
-        assert!(t.segment_starts().expect("starts").len() >= 3);
-    }
+    let (m, len) = closed_segments(dir.path());
     let topic = dir.path().join("t");
     let crc = fs::OpenOptions::new()
         .write(true)
