@@ -121,6 +121,10 @@ pub(crate) struct Checksums {
     pub(crate) loaded: bool,
     /// The sidecar, kept open for appending while the segment is active.
     pub(crate) file: Option<File>,
+    /// A closed segment's sidecar, read for the first time, was damaged or covers less than
+    /// the segment: the bytes past its valid entries cannot be checked, and the topic lists
+    /// the segment as unchecked (stop-41 attack: they were served without any report).
+    pub(crate) short: bool,
 }
 
 impl Checksums {

@@ -399,6 +399,9 @@ impl TopicLog {
                 .and_then(|f| pread_new(&f, n, offset - seg.start))
                 .map_err(|e| StoreError::io("read", &seg.path, e));
         }
+        if seg.sums().short {
+            self.note_unchecked(seg.start)?;
+        }
         match self.read_checked(seg, n, offset) {
             Err(StoreError::Corrupt { start, .. }) if start > offset => {
                 let n = usize::try_from(start - offset).map_or(n, |m| m.min(n));
@@ -406,6 +409,19 @@ impl TopicLog {
             }
             other => other,
         }
+    }
+
+    /// Lists the segment starting at `start` as unchecked (its sidecar does not cover it all),
+    /// once: health warnings and `checksums_missing` report it.
+    ///
+    /// Errors: a poisoned lock.
+    fn note_unchecked(&self, start: u64) -> Result<(), StoreError> {
+        let mut st = self.lock()?;
+        if !st.unchecked.contains(&start) {
+            st.unchecked.push(start);
+            st.unchecked.sort_unstable();
+        }
+        Ok(())
     }
 
     /// Reads `n` bytes at absolute `offset` of `seg` into a new buffer, checking every byte a

@@ -126,6 +126,20 @@ impl Segment {
             g.entries = entries;
             g.stored = g.entries.len();
             g.loaded = true;
+            // A closed segment's sidecar was made durable with it and covers all of it; one
+            // that covers less was cut or damaged. (No sidecar at all: ZPER's own data, or
+            // one recovery already reported missing.)
+            let len = std::fs::metadata(&self.path).map_or(0, |m| m.len());
+            let covered = g.covered();
+            g.short = self.sums_path().exists() && (damaged || covered < len);
+            if g.short && !damaged {
+                tracing::error!(
+                    path = %self.sums_path().display(),
+                    covered,
+                    segment_bytes = len,
+                    "checksum sidecar cut short: the segment's bytes past its entries cannot be checked"
+                );
+            }
         }
         g
     }
@@ -180,6 +194,7 @@ impl Segment {
             stored: 0,
             loaded: true,
             file: None,
+            short: false,
         };
         match check.verify_parts(from_cov, &parts) {
             Some(m) => Err(ReadFailure::Corrupt(m)),

@@ -362,29 +362,54 @@ fn a_damaged_or_foreign_sidecar_is_reported_and_cuts_nothing() {
     assert!(!damage.cut);
 }
 
-/// Known gap, found by the stop-41 attack and not fixed yet: a closed segment whose sidecar was
-/// cut short (here to its 8-byte magic) serves the bytes no entry covers unchecked, and nothing
-/// reports it: not `unchecked_segments`, not the corruption count. A damaged last entry does
-/// the same. Expected once fixed: the segment is listed as unchecked (as a missing sidecar is,
-/// above), or the uncovered bytes are fenced as damage so a replicated copy repairs them.
+/// Stop-41 attack: a closed segment whose sidecar was cut short (here to its 8-byte magic)
+/// served the bytes no entry covers unchecked, and nothing reported it. Now the segment is
+/// listed as unchecked, as a missing sidecar is above.
 #[test]
-#[ignore = "known gap (stop-41 attack): a sidecar cut short leaves its segment silently unchecked; fix, then remove this ignore"]
 fn a_sidecar_cut_short_is_reported_not_silently_unchecked() {
+    damaged_sidecar_is_reported(
+        |crc| {
+            let f = fs::OpenOptions::new()
+                .write(true)
+                .open(crc)
+                .expect("open sidecar");
+            f.set_len(8).expect("cut the sidecar to its magic");
+        },
+        1,
+    );
+}
+
+/// Stop-41 attack: the same with the sidecar's last entry damaged (its own check flipped).
+#[test]
+fn a_sidecar_with_a_damaged_last_entry_is_reported_not_silently_unchecked() {
+    damaged_sidecar_is_reported(
+        |crc| {
+            let len = fs::metadata(crc).expect("stat").len();
+            flip(crc, len - 3, 0x10);
+        },
+        3,
+    ); // the segment's fourth and last message, the one the last entry covers
+}
+
+/// Damages the first (closed) segment's sidecar with `damage` and one payload byte of its
+/// message `k` (from 0); that byte may be served only if the segment is reported as unchecked.
+fn damaged_sidecar_is_reported(damage: impl Fn(&std::path::Path), k: u64) {
     let dir = tempfile::tempdir().expect("tmp");
     let (m, len) = closed_segments(dir.path());
     let topic = dir.path().join("t");
-    let crc = fs::OpenOptions::new()
-        .write(true)
-        .open(topic.join(zper_store::checksum::file_name(0)))
-        .expect("open sidecar");
-    crc.set_len(8).expect("cut the sidecar to its magic");
-    flip(&topic.join("00000000000000000000.dat"), len + 50, 0x01);
+    damage(&topic.join(zper_store::checksum::file_name(0)));
+    flip(&topic.join("00000000000000000000.dat"), k * len + 50, 0x01);
     let store = Store::open(config(dir.path(), 3 * len)).expect("reopen");
     let t = store.topic_or_create("t").expect("t");
+    assert_eq!(
+        t.segment_starts().expect("starts")[1],
+        4 * len,
+        "four messages"
+    );
     let read = t.fetch(0, 1 << 20, 1 << 20);
     let served_damaged = read.as_ref().is_ok_and(|f| {
-        let second = (len as usize)..(2 * len as usize);
-        f.bytes.len() as u64 >= 2 * len && f.bytes[second] != m[..]
+        let kth = ((k * len) as usize)..(((k + 1) * len) as usize);
+        f.bytes.len() as u64 >= (k + 1) * len && f.bytes[kth] != m[..]
     });
     let reported = !t.unchecked_segments().expect("unchecked").is_empty()
         || t.corruptions().expect("count") > 0;
