@@ -10,6 +10,8 @@
 #   produce1   1 producer, N messages of SIZE bytes, mode 0, time from the first send until the
 #              reader's flushed end covers them; raw: PUSH -> PULL, first to last message.
 #   produce4   4 producers of N/4 each on one topic, the slowest one's time; raw: 4 PUSH -> 1 PULL.
+#   produce1-mode1  as produce1 with ack mode 1 (§4.5): the client reads the acks as they come;
+#              the summary prints mode 1 / mode 0 per broker (issue #17: zper >= 0.9).
 #   consume    FETCH max_bytes 1 MiB from 0 to the end of produce1's topic (page cache), with
 #              the C client and with `zper perf consume` (zper's own client).
 #   cpu        the node's CPU time (user + system, /proc) during produce1 per message; raw: the
@@ -134,6 +136,8 @@ broker() { # label writer reader pid
   c1=$(cpu_of "$pid")
   echo "$label produce1 $(awk -v n="$N" -v t="$t" 'BEGIN{printf "%.0f", n/t}') msg/s"
   echo "$label cpu $(awk -v n="$N" -v a="$c0" -v b="$c1" 'BEGIN{printf "%.3f", (b-a)*1e6/n}') us/msg"
+  t=$(MODE=1 "$zb" produce "$w" "$r" acked$RANDOM "$N" "$SIZE" | awk '{print $3}')
+  echo "$label produce1-mode1 $(awk -v n="$N" -v t="$t" 'BEGIN{printf "%.0f", n/t}') msg/s"
   local topic=four$RANDOM pids=() i
   # One reader asks first, so the topic exists before four writers and readers race to create
   # it (the original ZPER's reader worker dies on that race: "Cannot make directory").
@@ -231,6 +235,10 @@ for step in produce1 produce4 cpu; do
     o=$(pick original "$step")
     awk -v s="$step" -v z="$z" -v o="$o" 'BEGIN { printf "%-9s zper %12s  original   %12s  zper/original %.2f\n", s, z, o, z / o }'
   fi
+done
+for who in zper ${ORIGINAL_PID:+original}; do
+  a=$(pick "$who" produce1-mode1); b=$(pick "$who" produce1)
+  awk -v w="$who" -v a="$a" -v b="$b" 'BEGIN { printf "mode1     %-8s mode 1 %12s  mode 0 %12s  mode1/mode0 %.2f\n", w, a, b, a / b }'
 done
 for who in zper ${ORIGINAL_PID:+original}; do
   n=$(pick "$who" produce4-cpu); c=$(pick "$who" produce4-client-cpu)

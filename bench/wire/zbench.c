@@ -10,6 +10,9 @@
  *       user + system, all its threads>": zper's flushed end, the original's written end (which
  *       favours the original). Several producers on one
  *       fresh topic each pass the sum as TOTAL; the slowest one's time is the run's.
+ *       Env MODE (0): the identity's ack mode (§4.5); with 1-127 the acks that arrive are read
+ *       (without waiting) after every send and at the end, so they never back up, and their
+ *       count is printed as a fifth field.
  *   zbench push ENDPOINT COUNT SIZE        A PUSH sends COUNT messages of SIZE bytes.
  *   zbench sink BIND COUNT                 A PULL receives COUNT messages; prints
  *       "sink <count> <seconds from the first to the last> <its CPU seconds, user + system>".
@@ -123,8 +126,10 @@ static int produce(int argc, char **argv) {
     void *ctx = zmq_ctx_new();
     void *r = reader(ctx, rendpoint, topic, who);
     uint64_t base = flushed_end(r);
+    const char *m = getenv("MODE");
+    int mode = m ? atoi(m) : 0;
     unsigned char id[128];
-    size_t idlen = identity(topic, 0, who, id);
+    size_t idlen = identity(topic, mode, who, id);
     void *s = zmq_socket(ctx, ZMQ_DEALER);
     zmq_setsockopt(s, ZMQ_IDENTITY, id, idlen);
     int hwm = 100000;
@@ -137,11 +142,20 @@ static int produce(int argc, char **argv) {
      * that starts late would read a base that already holds the others' messages. */
     if (argc > 8) base = 0;
     uint64_t want = base + (uint64_t)total * (size + (size > 255 ? 9 : 2));
+    long acks = 0;
+    char ack[256];
     double t0 = now();
-    for (long i = 0; i < count; i++)
+    for (long i = 0; i < count; i++) {
         if (zmq_send(s, body, size, 0) < 0) die("send");
-    while (flushed_end(r) < want) usleep(500);
-    printf("produce %ld %.6f %.6f\n", count, now() - t0, cpu_seconds());
+        if (mode > 0)
+            while (zmq_recv(s, ack, sizeof ack, ZMQ_DONTWAIT) >= 0) acks++;
+    }
+    while (flushed_end(r) < want) {
+        if (mode > 0)
+            while (zmq_recv(s, ack, sizeof ack, ZMQ_DONTWAIT) >= 0) acks++;
+        usleep(500);
+    }
+    printf("produce %ld %.6f %.6f %ld\n", count, now() - t0, cpu_seconds(), acks);
     zmq_close(s);
     zmq_close(r);
     zmq_ctx_term(ctx);
