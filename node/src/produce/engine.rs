@@ -443,6 +443,8 @@ impl EngineFront {
         let mut scratch = Vec::new();
         // One clone per call, not per message: the batch's runs hold it.
         let producer = client.producer.clone();
+        // Mode 1: the newest message's id in its batch, copied to `unacked_id` once per call.
+        let mut newest: Option<std::ops::Range<usize>> = None;
         loop {
             if per_message && !credit.may_send(&client.routing_id) {
                 return Ok(true);
@@ -455,20 +457,23 @@ impl EngineFront {
             let event = client.conn.next_event(out).map_err(|e| e.to_string())?;
             let mut pong = None;
             match event {
-                None => return Ok(false),
+                None => {
+                    if let Some(p) = &producer {
+                        batches[p.worker].copy_id(newest, &mut client.unacked_id);
+                    }
+                    return Ok(false);
+                }
                 Some(Event::Message { first_frame, .. }) => match &producer {
                     Some(p) => {
                         if per_message {
                             credit.sent(&client.routing_id, now);
                         } else if p.mode == AckMode::PerFlush {
-                            client.unacked_id.clear();
-                            client
-                                .unacked_id
-                                .extend_from_slice(&batches[p.worker].bytes[first_frame.clone()]);
+                            newest = Some(first_frame.clone());
                         }
                         let batch = &mut batches[p.worker];
                         batch.record_at(p, first_frame);
                         if batch.bytes.len() >= BATCH_BYTES {
+                            batch.copy_id(newest.take(), &mut client.unacked_id);
                             self.dispatch(p.worker, batches);
                         }
                     }

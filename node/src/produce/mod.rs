@@ -73,18 +73,27 @@ pub(crate) struct Append {
 #[derive(Debug, Default)]
 pub(crate) struct WriteBatch {
     pub(crate) bytes: Vec<u8>,
+    /// The runs; the newest run's `last_id` is filled in by [`WriteBatch::take`] (or when a
+    /// later run starts) while `newest_id` holds it.
     pub(crate) appends: Vec<Append>,
+    /// Where the newest run's newest message id is in `bytes`, not yet copied into its
+    /// `last_id`: a run of mode-0/1 messages copies only its last id, not every message's
+    /// (each copy was another memmove of the whole first frame per message on the writer's
+    /// engine thread).
+    newest_id: Option<std::ops::Range<usize>>,
 }
 
 impl WriteBatch {
-    /// Takes the filled batch, leaving an empty one with room for [`BATCH_BYTES`] and a
-    /// message more (64 KiB), so the next batch is not grown by doubling: growth copied every
-    /// batch's bytes once more (7% of the writer's CPU in a profile of issue #17's produce
-    /// benchmark).
+    /// Takes the filled batch, every run's `last_id` set, leaving an empty one with room for
+    /// [`BATCH_BYTES`] and a message more (64 KiB), so the next batch is not grown by
+    /// doubling: growth copied every batch's bytes once more (7% of the writer's CPU in a
+    /// profile of issue #17's produce benchmark).
     pub(crate) fn take(&mut self) -> WriteBatch {
+        self.settle_newest_id();
         let room = WriteBatch {
             bytes: Vec::with_capacity(BATCH_BYTES + (64 << 10)),
             appends: Vec::with_capacity(self.appends.len()),
+            newest_id: None,
         };
         std::mem::replace(self, room)
     }
@@ -93,34 +102,71 @@ impl WriteBatch {
     /// frame): it joins the producer's run at the end of the batch unless the producer wants
     /// an ack per message (an idempotent producer's run is admitted message by message).
     pub(crate) fn record(&mut self, producer: &Arc<Producer>, id: &[u8]) {
+        self.settle_newest_id();
         let end = self.bytes.len();
-        note(&mut self.appends, end, producer, id);
+        if !joins(&mut self.appends, producer) {
+            self.appends.push(run(producer, end));
+        }
+        if let Some(last) = self.appends.last_mut() {
+            last.bytes_end = end;
+            last.last_id.clear();
+            last.last_id.extend_from_slice(id);
+        }
     }
 
-    /// As [`WriteBatch::record`], the message id being `bytes[id]` (no copy of it made unless
-    /// a new run starts).
+    /// As [`WriteBatch::record`], the message id being `bytes[id]`: it is copied only when
+    /// the run ends (a new run starts or the batch is taken), not per message.
     pub(crate) fn record_at(&mut self, producer: &Arc<Producer>, id: std::ops::Range<usize>) {
         let end = self.bytes.len();
-        note(&mut self.appends, end, producer, &self.bytes[id]);
+        if !joins(&mut self.appends, producer) {
+            self.settle_newest_id();
+            self.appends.push(run(producer, end));
+        }
+        if let Some(last) = self.appends.last_mut() {
+            last.bytes_end = end;
+            self.newest_id = Some(id);
+        }
+    }
+
+    /// Copies the message id at `id` in `bytes` (if any) into `to`.
+    pub(crate) fn copy_id(&self, id: Option<std::ops::Range<usize>>, to: &mut Vec<u8>) {
+        if let Some(id) = id.and_then(|r| self.bytes.get(r)) {
+            to.clear();
+            to.extend_from_slice(id);
+        }
+    }
+
+    /// Copies the newest run's pending message id into its `last_id`.
+    fn settle_newest_id(&mut self) {
+        if let (Some(id), Some(last)) = (self.newest_id.take(), self.appends.last_mut()) {
+            last.last_id.clear();
+            last.last_id
+                .extend_from_slice(self.bytes.get(id).unwrap_or_default());
+        }
     }
 }
 
-fn note(appends: &mut Vec<Append>, end: usize, producer: &Arc<Producer>, id: &[u8]) {
+/// Whether a message of `producer` joins the run at the end of `appends` (counting it), rather
+/// than starting a new one: the same producer, not one acked per message.
+fn joins(appends: &mut [Append], producer: &Arc<Producer>) -> bool {
     match appends.last_mut() {
         Some(last)
             if Arc::ptr_eq(&last.producer, producer) && producer.mode != AckMode::PerMessage =>
         {
-            last.bytes_end = end;
             last.messages += 1;
-            last.last_id.clear();
-            last.last_id.extend_from_slice(id);
+            true
         }
-        _ => appends.push(Append {
-            producer: producer.clone(),
-            bytes_end: end,
-            messages: 1,
-            last_id: id.to_vec(),
-        }),
+        _ => false,
+    }
+}
+
+/// A new run of one message of `producer` ending at `end`.
+fn run(producer: &Arc<Producer>, end: usize) -> Append {
+    Append {
+        producer: producer.clone(),
+        bytes_end: end,
+        messages: 1,
+        last_id: Vec::new(),
     }
 }
 

@@ -141,6 +141,7 @@ fn message(topic: &str, who: &[u8], id: &[u8], body: &[u8]) -> WriteBatch {
             last_id: id.to_vec(),
         }],
         bytes,
+        ..Default::default()
     }
 }
 
@@ -228,4 +229,66 @@ fn a_taken_batch_leaves_room_for_the_next_one() {
     assert_eq!(taken.bytes, [1, 2, 3]);
     assert!(batch.bytes.is_empty() && batch.appends.is_empty());
     assert!(batch.bytes.capacity() > super::BATCH_BYTES);
+}
+
+/// A producer of `mode` on topic "t".
+fn producer(who: &[u8], mode: AckMode) -> Arc<Producer> {
+    Arc::new(Producer {
+        routing_id: who.to_vec(),
+        topic: Arc::from("t"),
+        mode,
+        idempotent: false,
+        worker: 0,
+    })
+}
+
+/// Appends a message whose first frame is `id` and counts it as the engine does.
+fn engine_append(batch: &mut WriteBatch, p: &Arc<Producer>, id: &[u8]) {
+    let at = batch.bytes.len();
+    batch.bytes.extend_from_slice(id);
+    batch.record_at(p, at..at + id.len());
+}
+
+#[test]
+fn every_run_of_a_taken_batch_names_its_newest_message_id() {
+    let (a, b) = (
+        producer(b"a", AckMode::None),
+        producer(b"b", AckMode::PerFlush),
+    );
+    let two = producer(b"2", AckMode::PerMessage);
+    let mut batch = WriteBatch::default();
+    engine_append(&mut batch, &a, b"a1");
+    engine_append(&mut batch, &a, b"a2");
+    engine_append(&mut batch, &b, b"b1");
+    engine_append(&mut batch, &two, b"m1");
+    engine_append(&mut batch, &two, b"m2");
+    batch.record(&a, b"front");
+    engine_append(&mut batch, &a, b"a3");
+    engine_append(&mut batch, &b, b"b2");
+    engine_append(&mut batch, &b, b"b3");
+    let taken = batch.take();
+    let runs: Vec<(&[u8], u64, usize, &[u8])> = taken
+        .appends
+        .iter()
+        .map(|r| {
+            (
+                &r.producer.routing_id[..],
+                r.messages,
+                r.bytes_end,
+                &r.last_id[..],
+            )
+        })
+        .collect();
+    let expected: Vec<(&[u8], u64, usize, &[u8])> = vec![
+        (b"a", 2, 4, b"a2"),
+        (b"b", 1, 6, b"b1"),
+        (b"2", 1, 8, b"m1"),
+        (b"2", 1, 10, b"m2"),
+        (b"a", 2, 12, b"a3"),
+        (b"b", 2, 16, b"b3"),
+    ];
+    assert_eq!(runs, expected);
+    // The batch left behind starts clean: its first run is not given an id of the old one.
+    engine_append(&mut batch, &b, b"b4");
+    assert_eq!(batch.take().appends[0].last_id, b"b4");
 }
