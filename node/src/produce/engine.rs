@@ -29,7 +29,7 @@ use zper_wire::zmtp::{Command, Dropped, Event, Handshake, Limits, Null, SocketTy
 
 use super::credit::Credit;
 use super::front::{dropped, invalid_identity};
-use super::{Producer, Producers, WriteBatch, BATCH_BYTES};
+use super::{copy_id, Producer, Producers, WriteBatch, BATCH_BYTES};
 use crate::endpoint::POLL_MS;
 use crate::metrics::Counters;
 use crate::zmtp::connection::{Connection, READ_CHUNK};
@@ -459,7 +459,7 @@ impl EngineFront {
             match event {
                 None => {
                     if let Some(p) = &producer {
-                        batches[p.worker].copy_id(newest, &mut client.unacked_id);
+                        copy_id(&batches[p.worker].bytes, newest, &mut client.unacked_id);
                     }
                     return Ok(false);
                 }
@@ -473,7 +473,7 @@ impl EngineFront {
                         let batch = &mut batches[p.worker];
                         batch.record_at(p, first_frame);
                         if batch.bytes.len() >= BATCH_BYTES {
-                            batch.copy_id(newest.take(), &mut client.unacked_id);
+                            copy_id(&batch.bytes, newest.take(), &mut client.unacked_id);
                             self.dispatch(p.worker, batches);
                         }
                     }

@@ -128,21 +128,19 @@ impl WriteBatch {
         }
     }
 
-    /// Copies the message id at `id` in `bytes` (if any) into `to`.
-    pub(crate) fn copy_id(&self, id: Option<std::ops::Range<usize>>, to: &mut Vec<u8>) {
-        if let Some(id) = id.and_then(|r| self.bytes.get(r)) {
-            to.clear();
-            to.extend_from_slice(id);
-        }
-    }
-
     /// Copies the newest run's pending message id into its `last_id`.
     fn settle_newest_id(&mut self) {
-        if let (Some(id), Some(last)) = (self.newest_id.take(), self.appends.last_mut()) {
-            last.last_id.clear();
-            last.last_id
-                .extend_from_slice(self.bytes.get(id).unwrap_or_default());
+        if let Some(last) = self.appends.last_mut() {
+            copy_id(&self.bytes, self.newest_id.take(), &mut last.last_id);
         }
+    }
+}
+
+/// Copies the message id at `id` in `bytes` (if any) into `to`.
+pub(crate) fn copy_id(bytes: &[u8], id: Option<std::ops::Range<usize>>, to: &mut Vec<u8>) {
+    if let Some(id) = id.and_then(|r| bytes.get(r)) {
+        to.clear();
+        to.extend_from_slice(id);
     }
 }
 
