@@ -317,10 +317,17 @@ fn a_producer_that_half_closes_after_its_last_message_still_gets_every_ack() {
     let mut rest = Vec::new();
     p.stream.read_to_end(&mut rest).expect("closed by the node");
     assert!(rest.is_empty(), "{rest:?}");
-    // Mode 1: the last ack names the last message.
+    // Mode 1: the last ack names the last message. 3000 two-frame messages (~630 KB) fill
+    // more than one batch, so the newest id is taken over from batch to batch; a wrong one
+    // would leave the connection owing an ack until DRAIN_TIMEOUT (30 s), past this read's
+    // 20 s timeout.
     let mut p = Zmtp2::connect(&n.writer, Zmtp2::DEALER, &identity("halfclose1", 1));
-    for id in 0..500u32 {
-        p.send(&[&id.to_be_bytes()]);
+    p.stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let body = [b'x'; 200];
+    for id in 0..3000u32 {
+        p.send(&[&id.to_be_bytes(), &body]);
     }
     p.stream
         .shutdown(std::net::Shutdown::Write)
@@ -334,5 +341,5 @@ fn a_producer_that_half_closes_after_its_last_message_still_gets_every_ack() {
         last = rest[at + 2..at + 2 + len].to_vec();
         at += 2 + len;
     }
-    assert_eq!(last, 499u32.to_be_bytes());
+    assert_eq!(last, 2999u32.to_be_bytes());
 }
