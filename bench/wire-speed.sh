@@ -46,7 +46,9 @@
 # per message varied 2-3x between rounds, for zper and the original alike. The script prints how
 # much was reported during the run; compare only medians of many interleaved rounds there.
 # Env: N (3000000), SIZE (100), ROUNDS (5), CONF (extra node config lines), PORT_BASE (28000),
-# BASELINE, WARM_MB (4096; 0 skips it).
+# BASELINE, BASELINE_CONF (the baseline's extra config lines; default CONF: with BASELINE set to
+# the same binary, `CONF='reader.engine = zmtp' BASELINE_CONF='reader.engine = libzmq'` compares
+# two settings in one run), WARM_MB (4096; 0 skips it).
 # Needs: cc and zmq.h (Debian: libzmq3-dev); for the original, a JDK.
 set -euo pipefail
 # shellcheck source=lib/node-config.sh
@@ -55,6 +57,7 @@ Z=${1:?usage: bench/wire-speed.sh ZPER_BINARY}
 N=${N:-3000000}
 SIZE=${SIZE:-100}
 ROUNDS=${ROUNDS:-5}
+BASELINE_CONF=${BASELINE_CONF-${CONF:-}}
 P=${PORT_BASE:-28000}
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
@@ -109,12 +112,12 @@ cpu_of() { # pid -> CPU seconds (user + system) so far
   awk -v t="$ticks" '{ print ($14 + $15) / t }' "/proc/$1/stat"
 }
 
-node() { # dir binary -> starts a node, sets NODE_PID
+node() { # dir binary extra-config -> starts a node, sets NODE_PID
   local dir=$1 bin=$2
   mkdir -p "$dir"
   node_config "$dir" "$P" "flush_messages = 10000
 flush_interval = 50
-${CONF:-}" > "$dir/node.properties"
+$3" > "$dir/node.properties"
   RUST_LOG=warn "$bin" --config "$dir/node.properties" &
   NODE_PID=$!
   for _ in $(seq 100); do
@@ -189,9 +192,9 @@ consume() { # label reader topic pid
   echo "$label consume-cpu $(echo "$line" | awk -v a="$c0" -v b="$c1" '{printf "%.4f", (b-a)*1e6/$2}') us/msg"
 }
 
-zper_steps() { # label binary: a fresh node, produce, consume with the C client and its own
+zper_steps() { # label binary extra-config: a fresh node, produce, consume with the C client and its own
   local label=$1 bin=$2 dir=$work/node$round-$1 perf
-  node "$dir" "$bin"
+  node "$dir" "$bin" "$3"
   local w=tcp://127.0.0.1:$((P + 55)) r=tcp://127.0.0.1:$((P + 56))
   broker "$label" "$w" "$r" "$NODE_PID"
   "$zb" produce "$w" "$r" cons "$N" "$SIZE" >/dev/null
@@ -207,10 +210,10 @@ for round in $(seq "$ROUNDS"); do
     raw
     # With a baseline, the two take turns going first.
     if [ -n "${BASELINE:-}" ] && [ $((round % 2)) -eq 0 ]; then
-      zper_steps baseline "$BASELINE"; zper_steps zper "$Z"
+      zper_steps baseline "$BASELINE" "$BASELINE_CONF"; zper_steps zper "$Z" "${CONF:-}"
     else
-      zper_steps zper "$Z"
-      [ -z "${BASELINE:-}" ] || zper_steps baseline "$BASELINE"
+      zper_steps zper "$Z" "${CONF:-}"
+      [ -z "${BASELINE:-}" ] || zper_steps baseline "$BASELINE" "$BASELINE_CONF"
     fi
     if [ -n "$ORIGINAL_PID" ]; then
       broker original "$ORIGINAL_WRITER" "$ORIGINAL_READER" "$ORIGINAL_PID"

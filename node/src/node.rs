@@ -37,7 +37,7 @@ pub struct Node {
 /// The sockets every endpoint bound, before anything runs.
 struct Bound {
     writer: produce::WriterSocket,
-    reader: zmq::Socket,
+    reader: fetch::ReaderSocket,
     ack: zmq::Socket,
     controller: zmq::Socket,
     replica: zmq::Socket,
@@ -74,7 +74,7 @@ impl Bound {
         };
         let endpoints = Endpoints {
             writer: bound.writer.address()?,
-            reader: bound_address(&bound.reader)?,
+            reader: bound.reader.address()?,
             ack: bound_address(&bound.ack)?,
             controller: bound_address(&bound.controller)?,
             replica: bound_address(&bound.replica)?,
@@ -135,14 +135,14 @@ impl Node {
                     source,
                 })?];
         // Sockets in crate::metrics::ENDPOINTS order.
-        // zper's own writer engine counts its connections itself.
+        // zper's own writer and reader engines count their connections themselves.
         let writer_router = match &bound.writer {
             produce::WriterSocket::Router(router) => Some(router),
             produce::WriterSocket::Engine(..) => None,
         };
         for (index, socket) in [
             writer_router,
-            Some(&bound.reader),
+            bound.reader.router(),
             Some(&bound.ack),
             Some(&bound.controller),
         ]

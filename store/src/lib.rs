@@ -28,7 +28,7 @@ pub use checkpoint::{CHECKPOINT_EVERY, HIGH_WATER_FILE};
 pub use epochs::EPOCHS_FILE;
 pub use error::StoreError;
 pub use flush::FlushPolicy;
-pub use reading::{Fetched, RawMessages};
+pub use reading::{Fetched, FetchedRange, RawMessages};
 pub use recovery::CHECKSUMS_FROM_FILE;
 pub use replica::ReplicaChunk;
 pub use store::{log_key, Store, StoreConfig, LOCK_FILE};

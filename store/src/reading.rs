@@ -22,6 +22,27 @@ pub struct Fetched {
     pub segment_end: u64,
 }
 
+/// A FETCH's bytes as a reader endpoint sends them (issue #17): in memory, or a range of the
+/// segment file to be sent from the page cache straight to the socket (`sendfile`), so the
+/// bytes never pass through the node's memory.
+#[derive(Debug, Clone)]
+pub enum FetchedRange {
+    /// Read (and, for a closed segment, checked against its checksums) into memory.
+    Bytes(Vec<u8>),
+    /// `len` bytes at position `at` (bytes, relative to the file's start) of an open segment's
+    /// file: flushed bytes at or below the high-water mark, which no checksum check covers
+    /// yet (as [`TopicLog::fetch`] reads them unchecked too). The file stays readable while
+    /// held, even if retention deletes the segment.
+    File {
+        /// The segment file.
+        file: Arc<std::fs::File>,
+        /// Position of the first byte in the file, bytes.
+        at: u64,
+        /// Bytes to send.
+        len: u64,
+    },
+}
+
 /// One whole message as push delivery reads it: its offset and its frames (issue #7).
 pub type Message = (u64, Vec<Vec<u8>>);
 
@@ -177,6 +198,35 @@ impl TopicLog {
             bytes,
             segment_end: loc.visible_end,
         })
+    }
+
+    /// FETCH as [`TopicLog::fetch`] answers it, but a range of at least `min_file` bytes of
+    /// the open segment is given as a file range to send without reading it
+    /// ([`FetchedRange::File`]); shorter ranges and closed segments (whose bytes are checked
+    /// against their checksums on every read) are read into memory.
+    ///
+    /// Errors: as [`TopicLog::fetch`].
+    pub fn fetch_range(
+        &self,
+        offset: i64,
+        max_bytes: u64,
+        cap: u64,
+        min_file: u64,
+    ) -> Result<FetchedRange, StoreError> {
+        let loc = self.locate(offset)?;
+        let off = offset as u64; // locate checked it is >= 0
+        let n = max_bytes.min(cap).min(loc.visible_end - off);
+        if n >= min_file.max(1) && !loc.seg.is_closed() {
+            if let Ok(file) = loc.seg.file() {
+                return Ok(FetchedRange::File {
+                    file,
+                    at: off - loc.seg.start,
+                    len: n,
+                });
+            }
+        }
+        self.read_stored(&loc.seg, n as usize, off)
+            .map(FetchedRange::Bytes)
     }
 
     /// Stream fetch (FETCH with max_bytes -1, the README's intent, §9): the payloads of the whole

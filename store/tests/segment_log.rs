@@ -479,3 +479,71 @@ fn messages_come_whole_with_their_offsets_across_segments_issue_7() {
     let (one, _) = t.messages(0, 10, 5).expect("small cap");
     assert_eq!(one.len(), 1);
 }
+
+/// Issue #17: a FETCH range of the open segment is handed out as a file range (sent by
+/// `sendfile`) holding exactly the bytes `fetch` reads; short ranges and closed segments (whose
+/// bytes are checked against their checksums) are read into memory.
+#[test]
+fn fetch_range_names_the_same_bytes_as_fetch_and_reads_closed_segments() {
+    use std::os::unix::fs::FileExt;
+    use zper_store::FetchedRange;
+    let dir = tempfile::tempdir().expect("tempdir");
+    // 50 messages of 109 bytes per 5,450-byte segment: the first segment closes.
+    let store = Store::open(config(dir.path(), 5_000)).expect("open");
+    let t = store.topic_or_create("test").expect("topic");
+    for _ in 0..80 {
+        t.append(&perf_message()).expect("append");
+        t.flush().expect("flush");
+    }
+    let second = t.offsets(Timestamp::Latest, None).expect("offsets");
+    let open_start = *second.first().expect("segments");
+    assert!(open_start > 0, "{second:?}");
+    let bytes_of = |r: FetchedRange| match r {
+        FetchedRange::Bytes(b) => (false, b),
+        FetchedRange::File { file, at, len } => {
+            let mut b = vec![0; len as usize];
+            file.read_exact_at(&mut b, at).expect("read the range");
+            (true, b)
+        }
+    };
+    // The open segment, at and above min_file: a file range of the same bytes.
+    let want = t
+        .fetch(open_start as i64, 1000, 1 << 20)
+        .expect("fetch")
+        .bytes;
+    assert_eq!(want.len(), 1000);
+    let got = t.fetch_range(open_start as i64, 1000, 1 << 20, 1000);
+    assert_eq!(bytes_of(got.expect("range")), (true, want.clone()));
+    // Below min_file: in memory.
+    let got = t.fetch_range(open_start as i64, 1000, 1 << 20, 1001);
+    assert_eq!(bytes_of(got.expect("range")), (false, want));
+    // A closed segment: in memory, checked.
+    let want = t.fetch(109, 2000, 1 << 20).expect("fetch").bytes;
+    let got = t.fetch_range(109, 2000, 1 << 20, 1);
+    assert_eq!(bytes_of(got.expect("range")), (false, want));
+    // The cap and the flushed end bound a file range as they bound fetch.
+    let end = t.flushed_end().expect("end");
+    let got = t
+        .fetch_range(open_start as i64, 1 << 20, 300, 1)
+        .expect("range");
+    assert_eq!(bytes_of(got).1.len(), 300);
+    let got = t
+        .fetch_range(open_start as i64, 1 << 20, 1 << 20, 1)
+        .expect("range");
+    assert_eq!(bytes_of(got).1.len() as u64, end - open_start);
+    // At the flushed end: empty; past it, or off a record boundary: 101 as fetch.
+    let got = t.fetch_range(end as i64, 1000, 1 << 20, 1).expect("range");
+    assert_eq!(bytes_of(got), (false, Vec::new()));
+    assert!(is_invalid(t.fetch_range(
+        end as i64 + 109,
+        1000,
+        1 << 20,
+        1
+    )));
+    assert!(is_invalid(t.fetch_range(
+        open_start as i64 + 1,
+        1000,
+        1 << 20,
+        1
+    )));
+}

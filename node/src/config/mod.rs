@@ -134,6 +134,17 @@ pub enum WriterEngine {
     Libzmq,
 }
 
+/// What speaks ZMTP on the reader endpoint (`reader.engine`; issue #17).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReaderEngine {
+    /// zper's own engine: ZMTP/2.0 and 3.x, DEALER, REQ and ROUTER clients, FETCH ranges of
+    /// the open segment sent from the page cache with `sendfile`, clients held back by TCP
+    /// instead of `[0xFF]` when they pipeline past 16 requests.
+    Zmtp,
+    /// A libzmq ROUTER with worker threads (default).
+    Libzmq,
+}
+
 /// Everything a node needs to start (single-node broker, issue #2).
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
@@ -152,6 +163,8 @@ pub struct NodeConfig {
     pub reader_bind: String,
     /// Reader worker threads (`reader.workers`).
     pub reader_workers: usize,
+    /// What speaks ZMTP on the reader endpoint (`reader.engine`, issue #17).
+    pub reader_engine: ReaderEngine,
     /// Ack PUB endpoint (`ack.bind`).
     pub ack_bind: String,
     /// Controller ROUTER endpoint (`controller.bind`).
@@ -288,6 +301,7 @@ impl Default for NodeConfig {
             writer_engine: WriterEngine::Zmtp,
             reader_bind: endpoint::READER.default_bind(),
             reader_workers: 5,
+            reader_engine: ReaderEngine::Libzmq,
             ack_bind: endpoint::ACK.default_bind(),
             controller_bind: endpoint::CONTROLLER.default_bind(),
             replica_bind: endpoint::REPLICA.default_bind(),
@@ -392,6 +406,12 @@ impl NodeConfig {
             Some(other) => return Err(bad("writer.engine", other, "zmtp or libzmq")),
         };
         c.reader_workers = capped(map, "reader.workers", 5, MAX_WORKERS)? as usize;
+        c.reader_engine = match get("reader.engine").as_deref().map(str::trim) {
+            None => c.reader_engine,
+            Some("zmtp") => ReaderEngine::Zmtp,
+            Some("libzmq") => ReaderEngine::Libzmq,
+            Some(other) => return Err(bad("reader.engine", other, "zmtp or libzmq")),
+        };
         c.idempotence_window_messages = num(map, "idempotence.window_messages", 4096, 1)? as usize;
         c.idempotence_window =
             Duration::from_millis(millis(map, "idempotence.window", 120_000, 1)?);

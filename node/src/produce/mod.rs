@@ -22,7 +22,7 @@ mod acks;
 pub mod create;
 mod credit;
 mod dedupe;
-mod engine;
+pub(crate) mod engine;
 pub mod forward;
 mod front;
 mod idempotent;

@@ -1,7 +1,10 @@
 //! One TCP connection of zper's ZMTP engine: its handshake, then its inbound byte stream and
 //! its outbound replies, with bounded buffers (issue #17).
 
+use std::collections::VecDeque;
+use std::fs::File;
 use std::io::{self, Read, Write};
+use std::sync::Arc;
 use std::time::Instant;
 
 use mio::net::TcpStream;
@@ -18,6 +21,14 @@ pub(crate) const MIN_INPUT: usize = 4 * 1024;
 /// Reply bytes a connection may hold that its peer has not taken yet; replies past this are
 /// refused (the endpoint drops and counts them).
 pub(crate) const MAX_OUTBOUND: usize = 4 * 1024 * 1024;
+
+/// Reply bytes queued behind `output` once a file range is queued (issue #17): a range of a
+/// segment file goes out with `sendfile`, without passing through the node's memory.
+#[derive(Debug)]
+enum Queued {
+    Bytes(Vec<u8>),
+    File { file: Arc<File>, at: u64, left: u64 },
+}
 
 /// Where a connection is in its life.
 #[derive(Debug)]
@@ -59,6 +70,8 @@ pub(crate) struct Connection {
     filled: bool,
     output: Vec<u8>,
     sent: usize,
+    /// Replies after `output`, in order; empty unless a file range was queued.
+    queued: VecDeque<Queued>,
 }
 
 impl Connection {
@@ -78,6 +91,7 @@ impl Connection {
             filled: false,
             output,
             sent: 0,
+            queued: VecDeque::new(),
         }
     }
 
@@ -196,15 +210,63 @@ impl Connection {
         if self.unsent() >= MAX_OUTBOUND {
             return false;
         }
-        for (i, frame) in frames.iter().enumerate() {
-            encode_frame(i + 1 < frames.len(), false, frame, &mut self.output);
-        }
+        self.queue(frames);
         true
     }
 
-    /// Reply bytes queued that the peer has not taken yet.
+    /// Queues one message of `frames` whatever the peer holds unread (the caller bounds it).
+    pub(crate) fn queue(&mut self, frames: &[Vec<u8>]) {
+        let out = self.tail();
+        for (i, frame) in frames.iter().enumerate() {
+            encode_frame(i + 1 < frames.len(), false, frame, out);
+        }
+    }
+
+    /// Queues one message of `frames` followed by a last frame of `len` bytes read from `file`
+    /// at position `at`, sent with `sendfile` when its turn comes.
+    pub(crate) fn queue_file(&mut self, frames: &[Vec<u8>], file: Arc<File>, at: u64, len: u64) {
+        let out = self.tail();
+        for frame in frames {
+            encode_frame(true, false, frame, out);
+        }
+        let mut head = [0u8; 9];
+        let n = zper_wire::zmtp::frame::encode_header(false, false, len, &mut head);
+        out.extend_from_slice(&head[..n]);
+        if len > 0 {
+            self.queued.push_back(Queued::File {
+                file,
+                at,
+                left: len,
+            });
+        }
+    }
+
+    /// Where bytes queued now go: `output`, or the bytes after the last queued file range.
+    fn tail(&mut self) -> &mut Vec<u8> {
+        if self.queued.is_empty() {
+            return &mut self.output;
+        }
+        if !matches!(self.queued.back(), Some(Queued::Bytes(_))) {
+            self.queued.push_back(Queued::Bytes(Vec::new()));
+        }
+        match self.queued.back_mut() {
+            Some(Queued::Bytes(b)) => b,
+            _ => &mut self.output, // unreachable: a Bytes entry was just made the last
+        }
+    }
+
+    /// Reply bytes queued that the peer has not taken yet (file ranges included).
     pub(crate) fn unsent(&self) -> usize {
-        self.output.len() - self.sent
+        let queued: u64 = self
+            .queued
+            .iter()
+            .map(|q| match q {
+                Queued::Bytes(b) => b.len() as u64,
+                Queued::File { left, .. } => *left,
+            })
+            .sum();
+        (self.output.len() - self.sent)
+            .saturating_add(usize::try_from(queued).unwrap_or(usize::MAX))
     }
 
     /// Queues raw bytes (a command such as PONG).
@@ -212,10 +274,48 @@ impl Connection {
         &mut self.output
     }
 
-    /// Writes queued bytes until the socket would block.
+    /// Writes queued bytes (and sends queued file ranges) until the socket would block.
     ///
-    /// Errors: the socket failed (the connection is to be closed).
+    /// Errors: the socket failed, or a file range could not be read whole (its frame could
+    /// not be completed): the connection is to be closed.
     pub(crate) fn flush(&mut self) -> io::Result<()> {
+        loop {
+            self.write_output()?;
+            if self.sent < self.output.len() {
+                return Ok(());
+            }
+            match self.queued.pop_front() {
+                None => return Ok(()),
+                Some(Queued::Bytes(b)) => {
+                    self.output = b;
+                    self.sent = 0;
+                }
+                Some(Queued::File {
+                    file,
+                    mut at,
+                    mut left,
+                }) => {
+                    while left > 0 {
+                        let want = usize::try_from(left).unwrap_or(usize::MAX).min(1 << 30);
+                        match rustix::fs::sendfile(&self.stream, &*file, Some(&mut at), want) {
+                            // The file ends before the range: the frame cannot be completed.
+                            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                            Ok(n) => left -= n as u64, // `at` moved past the bytes sent
+                            Err(rustix::io::Errno::AGAIN) => {
+                                self.queued.push_front(Queued::File { file, at, left });
+                                return Ok(());
+                            }
+                            Err(rustix::io::Errno::INTR) => {}
+                            Err(e) => return Err(e.into()),
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes `output` until the socket would block; releases it once it is all sent.
+    fn write_output(&mut self) -> io::Result<()> {
         while self.sent < self.output.len() {
             match self.stream.write(&self.output[self.sent..]) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
@@ -306,5 +406,53 @@ mod tests {
         // ... and is given back once the message is taken.
         let _ = conn.fill(usize::MAX).expect("fill");
         assert_eq!(conn.input.len(), READ_CHUNK);
+    }
+
+    #[test]
+    fn a_file_range_goes_out_between_queued_replies_in_order() {
+        use std::io::Write as _;
+        let limits = Limits {
+            max_message: 1 << 20,
+            max_buffered: 2 << 20,
+            allow_empty_message: true,
+        };
+        let (mut conn, mut peer) = pair(limits);
+        let mut file = tempfile::tempfile().expect("tmp");
+        let content: Vec<u8> = (0..=250u8).cycle().take(3 << 20).collect();
+        file.write_all(&content).expect("write");
+        let file = Arc::new(file);
+        // 3 MiB - 1000 bytes from position 1000: more than the socket takes at once.
+        let (at, len) = (1000u64, (3 << 20) - 1000u64);
+        let mut want = conn.output.clone(); // the greeting queued at accept
+        conn.queue(&[b"first".to_vec()]);
+        conn.queue_file(&[vec![], vec![100]], file.clone(), at, len);
+        conn.queue(&[b"after".to_vec(), b"it".to_vec()]);
+        encode_frame(false, false, b"first", &mut want);
+        encode_frame(true, false, b"", &mut want);
+        encode_frame(true, false, &[100], &mut want);
+        let mut head = [0u8; 9];
+        let n = zper_wire::zmtp::frame::encode_header(false, false, len, &mut head);
+        want.extend_from_slice(&head[..n]);
+        want.extend_from_slice(&content[at as usize..]);
+        encode_frame(true, false, b"after", &mut want);
+        encode_frame(false, false, b"it", &mut want);
+        assert_eq!(conn.unsent(), want.len());
+        let total = want.len();
+        let reader = std::thread::spawn(move || {
+            let mut got = vec![0u8; total];
+            peer.read_exact(&mut got).expect("all bytes");
+            got
+        });
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        while conn.unsent() > 0 && Instant::now() < deadline {
+            conn.flush().expect("flush");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(conn.unsent(), 0);
+        let got = reader.join().expect("reader");
+        assert!(got == want, "bytes differ");
+        // A range past the file's end cannot complete its frame: the connection must close.
+        conn.queue_file(&[vec![100]], file, 3 << 20, 10);
+        assert!(conn.flush().is_err());
     }
 }

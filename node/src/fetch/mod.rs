@@ -14,6 +14,10 @@
 //! clients that do not read them. A request past any of these gets `[0xFF]` at once (counted
 //! as `zper_rejected_total{reason="overloaded"}`); ZPER has no "busy" status, and 0xFF is
 //! what its clients already retry.
+//!
+//! With `reader.engine = zmtp` zper's own ZMTP engine ([`engine`]) replaces the ROUTER and
+//! its front thread: same replies, FETCH ranges sent from the segment file, TCP backpressure
+//! instead of `[0xFF]` past the in-progress bounds.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,7 +29,7 @@ use tracing::{debug, debug_span, error, warn};
 use zper_store::{Store, StoreError};
 use zper_wire::{Identity, ReaderReply, ReaderRequest, Status, Timestamp};
 
-use crate::config::NodeConfig;
+use crate::config::{NodeConfig, ReaderEngine};
 use crate::context::NodeContext;
 use crate::endpoint::{try_send, Request, POLL_MS};
 use crate::error::NodeError;
@@ -33,6 +37,9 @@ use crate::memory::MemoryBudget;
 use crate::metrics::Counters;
 use crate::replication::PlacementView;
 use crate::sockets::recv_parts;
+
+pub(crate) mod engine;
+mod worker;
 
 /// Started reader endpoint threads.
 pub(crate) struct Reader {
@@ -89,10 +96,52 @@ impl InProgress {
 /// Unread replies queued per reader connection before further replies to it are dropped.
 pub const READER_REPLY_HWM: i32 = 16;
 
+/// The bound reader endpoint: a libzmq ROUTER, or the listener of zper's own engine.
+pub(crate) enum ReaderSocket {
+    /// `reader.engine = libzmq`.
+    Router(zmq::Socket),
+    /// `reader.engine = zmtp`: the listener and the bound endpoint (port resolved).
+    Engine(mio::net::TcpListener, String),
+}
+
+impl ReaderSocket {
+    /// The bound endpoint (`*` and port 0 resolved).
+    ///
+    /// Errors: zmq cannot tell (the socket is closed).
+    pub(crate) fn address(&self) -> Result<String, NodeError> {
+        match self {
+            ReaderSocket::Router(s) => crate::context::bound_address(s),
+            ReaderSocket::Engine(_, bound) => Ok(bound.clone()),
+        }
+    }
+
+    /// The ROUTER, for the connection monitor (zper's engine counts its connections itself).
+    pub(crate) fn router(&self) -> Option<&zmq::Socket> {
+        match self {
+            ReaderSocket::Router(s) => Some(s),
+            ReaderSocket::Engine(..) => None,
+        }
+    }
+}
+
+/// Binds the reader endpoint (`reader.bind`) with the engine `reader.engine` names.
+///
+/// Errors: [`NodeError::Bind`] / [`NodeError::Listen`] (address in use, bad endpoint), or a
+/// zmq option refused.
+pub(crate) fn bind(zmq: &zmq::Context, config: &NodeConfig) -> Result<ReaderSocket, NodeError> {
+    match config.reader_engine {
+        ReaderEngine::Zmtp => {
+            let (listener, bound) = crate::zmtp::listener::bind(&config.reader_bind)?;
+            Ok(ReaderSocket::Engine(listener, bound))
+        }
+        ReaderEngine::Libzmq => bind_router(zmq, config).map(ReaderSocket::Router),
+    }
+}
+
 /// Creates and binds the reader ROUTER (`reader.bind`).
 ///
 /// Errors: [`NodeError::Bind`] (address in use, bad endpoint), or a zmq option refused.
-pub(crate) fn bind(zmq: &zmq::Context, config: &NodeConfig) -> Result<zmq::Socket, NodeError> {
+fn bind_router(zmq: &zmq::Context, config: &NodeConfig) -> Result<zmq::Socket, NodeError> {
     crate::context::bind(zmq, zmq::ROUTER, &config.reader_bind, |r| {
         r.set_router_mandatory(true)?;
         // A reconnecting consumer takes its identity over instead of hanging behind a
@@ -105,11 +154,20 @@ pub(crate) fn bind(zmq: &zmq::Context, config: &NodeConfig) -> Result<zmq::Socke
     })
 }
 
-/// Starts the front thread and `reader.workers` worker threads over the bound reader ROUTER.
-/// One FETCH reply holds at most `max_message + 9` bytes.
+/// Starts the reader endpoint on its bound socket: zper's engine, or the front thread and
+/// `reader.workers` worker threads over the ROUTER. One FETCH reply holds at most
+/// `max_message + 9` bytes.
 ///
-/// Errors: an inproc socket or a thread could not be created.
-pub(crate) fn spawn(router: zmq::Socket, nc: &NodeContext) -> Result<Reader, NodeError> {
+/// Errors: an inproc socket, the engine's poll or a thread could not be created.
+pub(crate) fn spawn(socket: ReaderSocket, nc: &NodeContext) -> Result<Reader, NodeError> {
+    let router = match socket {
+        ReaderSocket::Router(router) => router,
+        ReaderSocket::Engine(listener, _) => {
+            return Ok(Reader {
+                front: engine::spawn(listener, nc)?,
+            })
+        }
+    };
     let workers = nc.config.reader_workers;
     let cap = nc.config.max_message as u64 + 9;
     let (replies, pushes) = crate::endpoint::worker_replies(&nc.zmq, "reader-replies", workers)?;
