@@ -176,6 +176,9 @@ fn hostile_streams_close_their_own_connection_only() {
     let s = n.reader_dealer("safe");
     let big = vec![b"FETCH".to_vec(), vec![0u8; 100_000]];
     assert_eq!(ask(&s, &big), vec![vec![0x66]]);
+    // A REQ client gets it too: the reply carries its envelope.
+    let req = client(&n.ctx, zmq::REQ, &identity("safe", 0), &n.reader);
+    assert_eq!(ask(&req, &big), vec![vec![0x66]]);
     let reply = ask(&s, &fetch_frames(0, 1 << 20));
     assert!(reply[1] == stored);
 }

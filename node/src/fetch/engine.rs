@@ -29,12 +29,14 @@ use zper_wire::zmtp::{Command, Event, Handshake, Limits, Null, SocketType};
 use zper_wire::{ReaderReply, Records, Status};
 
 use super::worker::{Answer, Worker};
-use super::{Remote, IN_PROGRESS, PER_CONNECTION};
+use super::{reply_bound, Remote, IN_PROGRESS, PER_CONNECTION};
 use crate::context::NodeContext;
 use crate::endpoint::POLL_MS;
 use crate::error::NodeError;
 use crate::metrics::Counters;
-use crate::produce::engine::{DRAIN_TIMEOUT, HANDSHAKE_TIMEOUT, MAX_CONNECTIONS, OUTPUT_PAUSE};
+use crate::produce::engine::{
+    DRAIN_TIMEOUT, HANDSHAKE_TIMEOUT, IDLE_EVICTION, MAX_CONNECTIONS, OUTPUT_PAUSE,
+};
 use crate::zmtp::connection::{Connection, READ_CHUNK};
 
 /// Peers the reader accepts (those libzmq's ROUTER accepts: DEALER, REQ and ROUTER).
@@ -47,6 +49,11 @@ pub(crate) const MIN_FILE: u64 = 64 * 1024;
 /// Largest request frame, bytes (a FETCH is 21 bytes of frames; PRODUCED names a message id of
 /// at most 255 bytes).
 pub(crate) const MAX_REQUEST: u64 = 64 * 1024;
+/// Reply bytes a connection's requests in progress may add up to (each request counted at
+/// the most its reply can hold: max_bytes for a FETCH): past this, its next request waits for
+/// a reply, so a client that never reads holds a few replies' memory, not 16 of
+/// `max_message` each. One request is always taken, whatever its size.
+pub(crate) const MAX_IN_FLIGHT: u64 = 2 << 20;
 /// Index into [`crate::metrics::ENDPOINTS`] of the reader's open connections.
 const ENDPOINT: usize = 1;
 /// Bytes read from one connection per wake before the others get their turn.
@@ -58,6 +65,8 @@ const WAKER: Token = Token(1);
 /// One request for a worker: `frames` after the identity (and the REQ envelope, `envelope`).
 struct Job {
     token: Token,
+    /// The most bytes its reply can hold ([`reply_bound`]).
+    bound: u64,
     routing_id: Vec<u8>,
     envelope: bool,
     frames: Vec<Vec<u8>>,
@@ -66,6 +75,7 @@ struct Job {
 /// A worker's reply to `token`'s request.
 struct Done {
     token: Token,
+    bound: u64,
     envelope: bool,
     answer: Answer,
 }
@@ -104,6 +114,7 @@ pub(crate) fn spawn(listener: TcpListener, nc: &NodeContext) -> Result<JoinHandl
                     let answer = w.answer(&job.routing_id, &job.frames);
                     let d = Done {
                         token: job.token,
+                        bound: job.bound,
                         envelope: job.envelope,
                         answer,
                     };
@@ -117,6 +128,7 @@ pub(crate) fn spawn(listener: TcpListener, nc: &NodeContext) -> Result<JoinHandl
     }
     let engine = ReaderEngine {
         listener,
+        cap,
         limits: Limits {
             max_message: MAX_REQUEST,
             max_buffered: 2 * MAX_REQUEST,
@@ -125,6 +137,7 @@ pub(crate) fn spawn(listener: TcpListener, nc: &NodeContext) -> Result<JoinHandl
         counters: nc.counters.clone(),
         stop: nc.stop(),
         max_connections: MAX_CONNECTIONS,
+        idle_eviction: IDLE_EVICTION,
     };
     crate::context::spawn("zper-reader", move || engine.run(poll, jobs, done, workers))
 }
@@ -136,6 +149,8 @@ struct Client {
     routing_id: Vec<u8>,
     /// Requests handed to the workers and not answered yet.
     in_progress: usize,
+    /// The most bytes their replies can hold, in all ([`MAX_IN_FLIGHT`]).
+    in_flight: u64,
     /// When bytes last came in or replies went out.
     active: Instant,
 }
@@ -156,14 +171,16 @@ struct Clients {
 
 impl Clients {
     /// Whether `token`'s connection must not be read for now: it has [`PER_CONNECTION`]
-    /// requests in progress, the node [`IN_PROGRESS`], or it holds [`OUTPUT_PAUSE`] reply
-    /// bytes its peer has not taken.
+    /// requests in progress or [`MAX_IN_FLIGHT`] reply bytes on their way, the node
+    /// [`IN_PROGRESS`] requests, or it holds [`OUTPUT_PAUSE`] reply bytes its peer has not
+    /// taken.
     fn held(&self, token: Token) -> bool {
         self.total >= IN_PROGRESS
-            || self
-                .by_token
-                .get(&token)
-                .is_some_and(|c| c.in_progress >= PER_CONNECTION || c.conn.unsent() >= OUTPUT_PAUSE)
+            || self.by_token.get(&token).is_some_and(|c| {
+                c.in_progress >= PER_CONNECTION
+                    || (c.in_progress > 0 && c.in_flight >= MAX_IN_FLIGHT)
+                    || c.conn.unsent() >= OUTPUT_PAUSE
+            })
     }
 
     /// Whether `token`'s connection owes its peer nothing more.
@@ -193,10 +210,16 @@ impl Clients {
 
 struct ReaderEngine {
     listener: TcpListener,
+    /// The most bytes one reply holds (`max_message` + 9).
+    cap: u64,
     limits: Limits,
     counters: Arc<Counters>,
     stop: Arc<AtomicBool>,
+    /// Most connections held at once ([`MAX_CONNECTIONS`]).
     max_connections: usize,
+    /// How long a connection must have been idle to be closed for a new one
+    /// ([`IDLE_EVICTION`]).
+    idle_eviction: Duration,
 }
 
 impl ReaderEngine {
@@ -316,7 +339,7 @@ impl ReaderEngine {
                     return;
                 }
             };
-            if clients.by_token.len() >= self.max_connections {
+            if clients.by_token.len() >= self.max_connections && !self.evict_idle(poll, clients) {
                 Counters::add(&self.counters.zmtp_refused_connections, 1);
                 continue; // dropped: closed
             }
@@ -338,12 +361,31 @@ impl ReaderEngine {
                     conn: Connection::accept(stream, handshake, self.limits),
                     routing_id: Vec::new(),
                     in_progress: 0,
+                    in_flight: 0,
                     active: Instant::now(),
                 },
             );
             self.counters.connections[ENDPOINT].fetch_add(1, Ordering::Relaxed);
             self.flush(poll, clients, token);
         }
+    }
+
+    /// Closes the connection idle the longest, if it has been idle for `idle_eviction` at
+    /// least and has nothing in progress; true if one was closed.
+    fn evict_idle(&mut self, poll: &Poll, clients: &mut Clients) -> bool {
+        let oldest = clients
+            .by_token
+            .iter()
+            .filter(|(_, c)| c.in_progress == 0)
+            .min_by_key(|(_, c)| c.active)
+            .filter(|(_, c)| c.active.elapsed() >= self.idle_eviction)
+            .map(|(t, _)| *t);
+        let Some(token) = oldest else {
+            return false;
+        };
+        Counters::add(&self.counters.zmtp_idle_closed, 1);
+        self.close(poll, clients, token);
+        true
     }
 
     /// Reads and handles what `token`'s connection has; true when it should be read again
@@ -445,12 +487,14 @@ impl ReaderEngine {
                 Some(Event::Message {
                     stored, envelope, ..
                 }) => {
-                    let frames = scratch
+                    let frames: Vec<Vec<u8>> = scratch
                         .get(stored)
                         .map(|s| Records::new(s).map(|r| r.payload.to_vec()).collect())
                         .unwrap_or_default();
+                    let bound = reply_bound(&frames, self.cap);
                     let job = Job {
                         token,
+                        bound,
                         routing_id: client.routing_id.clone(),
                         envelope,
                         frames,
@@ -458,6 +502,7 @@ impl ReaderEngine {
                     match jobs.try_send(job) {
                         Ok(()) => {
                             client.in_progress += 1;
+                            client.in_flight = client.in_flight.saturating_add(bound);
                             clients.total += 1;
                         }
                         Err(_) => {
@@ -474,8 +519,9 @@ impl ReaderEngine {
                 Some(Event::Dropped(_)) => {
                     // A request frame over MAX_REQUEST bytes: no reader request is that long.
                     Counters::add(&self.counters.bad_requests, 1);
-                    let status = ReaderReply::Status(Status::InvalidCommand);
-                    client.conn.queue(&status.into_frames());
+                    let status = ReaderReply::Status(Status::InvalidCommand).into_frames();
+                    let envelope = client.conn.dropped_envelope();
+                    client.conn.queue(&with_envelope(envelope, status));
                 }
                 Some(Event::Command(Command::Ping { context, .. })) => {
                     pong = Some(context.to_vec());
@@ -507,6 +553,7 @@ impl ReaderEngine {
                 continue;
             };
             client.in_progress = client.in_progress.saturating_sub(1);
+            client.in_flight = client.in_flight.saturating_sub(d.bound);
             client.active = now;
             match d.answer {
                 Answer::Frames(frames) => client.conn.queue(&with_envelope(d.envelope, frames)),

@@ -269,9 +269,16 @@ impl Connection {
             .saturating_add(usize::try_from(queued).unwrap_or(usize::MAX))
     }
 
-    /// Queues raw bytes (a command such as PONG).
+    /// Where raw bytes (a command such as PONG) are queued: after every reply queued before,
+    /// file ranges included, so a command never lands inside a frame still being sent.
     pub(crate) fn send_raw(&mut self) -> &mut Vec<u8> {
-        &mut self.output
+        self.tail()
+    }
+
+    /// Whether the last message dropped for its size began with a REQ envelope (see
+    /// [`Inbound::dropped_envelope`]).
+    pub(crate) fn dropped_envelope(&self) -> bool {
+        matches!(&self.phase, Phase::Open(inbound) if inbound.dropped_envelope())
     }
 
     /// Writes queued bytes (and sends queued file ranges) until the socket would block.
@@ -454,5 +461,42 @@ mod tests {
         // A range past the file's end cannot complete its frame: the connection must close.
         conn.queue_file(&[vec![100]], file, 3 << 20, 10);
         assert!(conn.flush().is_err());
+    }
+
+    #[test]
+    fn a_command_queued_while_a_file_range_is_pending_goes_out_after_it() {
+        use std::io::Write as _;
+        let limits = Limits {
+            max_message: 1 << 20,
+            max_buffered: 2 << 20,
+            allow_empty_message: true,
+        };
+        let (mut conn, mut peer) = pair(limits);
+        let mut file = tempfile::tempfile().expect("tmp");
+        file.write_all(&vec![9u8; 32 << 20]).expect("write");
+        let mut want = conn.output.clone();
+        conn.queue_file(&[vec![100]], Arc::new(file), 0, 32 << 20);
+        // Part of the range goes out; the socket buffers (a few MiB) fill before the rest.
+        conn.flush().expect("flush");
+        assert!(conn.unsent() > 0, "the peer reads nothing yet");
+        zper_wire::zmtp::command::encode_pong(b"ctx", conn.send_raw());
+        encode_frame(true, false, &[100], &mut want);
+        let mut head = [0u8; 9];
+        let n = zper_wire::zmtp::frame::encode_header(false, false, 32 << 20, &mut head);
+        want.extend_from_slice(&head[..n]);
+        want.extend(std::iter::repeat_n(9u8, 32 << 20));
+        zper_wire::zmtp::command::encode_pong(b"ctx", &mut want);
+        let total = want.len();
+        let reader = std::thread::spawn(move || {
+            let mut got = vec![0u8; total];
+            peer.read_exact(&mut got).expect("all bytes");
+            got
+        });
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        while conn.unsent() > 0 && Instant::now() < deadline {
+            conn.flush().expect("flush");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(reader.join().expect("reader") == want, "the PONG moved");
     }
 }

@@ -95,6 +95,8 @@ pub struct Inbound {
     commands: bool,
     limits: Limits,
     state: State,
+    /// Whether the last message dropped for its size began with a REQ envelope.
+    dropped_envelope: bool,
 }
 
 impl Inbound {
@@ -104,7 +106,15 @@ impl Inbound {
             commands: version.has_commands(),
             limits,
             state: State::Idle,
+            dropped_envelope: false,
         }
+    }
+
+    /// Whether the last message dropped as [`Dropped::OversizedFrame`] or
+    /// [`Dropped::OversizedMessage`] began with a REQ envelope (an empty first frame with more
+    /// following), so a reply to it can carry the envelope a REQ peer needs (§5.5).
+    pub fn dropped_envelope(&self) -> bool {
+        self.dropped_envelope
     }
 
     /// Looks at the start of `input` (the connection's unconsumed bytes): returns how many
@@ -188,13 +198,18 @@ impl Inbound {
                 }
                 return self.command(input, h);
             }
-            if h.body_len > self.limits.max_message {
-                return Ok(self.drop_from(at, h, Dropped::OversizedFrame));
+            let oversized = if h.body_len > self.limits.max_message {
+                Some(Dropped::OversizedFrame)
+            } else if at as u64 + h.frame_len() > self.limits.max_buffered {
+                Some(Dropped::OversizedMessage)
+            } else {
+                None
+            };
+            if let Some(why) = oversized {
+                self.dropped_envelope = heads[0].is_some_and(|e| e.body_len == 0 && e.more());
+                return Ok(self.drop_from(at, h, why));
             }
             let end = at as u64 + h.frame_len();
-            if end > self.limits.max_buffered {
-                return Ok(self.drop_from(at, h, Dropped::OversizedMessage));
-            }
             if let Some(slot) = heads.get_mut(frames) {
                 *slot = Some(h);
             }

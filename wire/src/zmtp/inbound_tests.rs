@@ -256,3 +256,28 @@ proptest! {
         prop_assert!(out.len() <= input.len());
     }
 }
+
+#[test]
+fn a_message_dropped_for_its_size_tells_whether_it_began_with_a_req_envelope() {
+    let big = LIMITS.max_message + 1;
+    let mut oversized = vec![0x02];
+    oversized.extend_from_slice(&big.to_be_bytes());
+    oversized.extend(std::iter::repeat_n(7u8, big as usize));
+    for (prefix, envelope) in [
+        (&[0x01, 0x00][..], true),
+        (&[][..], false),
+        (&[0x01, 0x01, b'x'][..], false),
+    ] {
+        let mut input = prefix.to_vec();
+        input.extend_from_slice(&oversized);
+        input.extend_from_slice(&[0x00, 0x01, b'z']); // a next message, kept
+        let mut inbound = Inbound::new(Version::V3 { minor: 1 }, LIMITS);
+        let mut out = Vec::new();
+        let (used, event) = inbound.next(&input, &mut out).expect("valid");
+        assert_eq!(event, Some(Event::Dropped(Dropped::OversizedFrame)));
+        assert_eq!(inbound.dropped_envelope(), envelope, "{prefix:?}");
+        // The body is skipped and the next message read.
+        let (_, event) = inbound.next(&input[used..], &mut out).expect("valid");
+        assert!(matches!(event, Some(Event::Message { .. })), "{event:?}");
+    }
+}
