@@ -46,6 +46,8 @@
 # per message varied 2-3x between rounds, for zper and the original alike. The script prints how
 # much was reported during the run; compare only medians of many interleaved rounds there.
 # Env: N (3000000), SIZE (100), ROUNDS (5), CONF (extra node config lines), PORT_BASE (28000),
+# ORIGINAL_HEAP (2G; the JVM's -Xmx, which also caps its direct buffers: at 512M the original
+# ran out of direct buffer memory in produce4 on a faster machine and its I/O thread died),
 # BASELINE, BASELINE_CONF (the baseline's extra config lines; default CONF: with BASELINE set to
 # the same binary, `CONF='reader.engine = zmtp' BASELINE_CONF='reader.engine = libzmq'` compares
 # two settings in one run), WARM_MB (4096; 0 skips it).
@@ -94,7 +96,7 @@ original() { # builds and starts the original ZPER, sets ORIGINAL_WRITER, ORIGIN
     "writer.bind = $ORIGINAL_WRITER" "reader.bind = $ORIGINAL_READER" >> "$o/server.properties"
   printf '%s\n' 'log4j.rootLogger=WARN,console' 'log4j.appender.console=org.apache.log4j.ConsoleAppender' \
     'log4j.appender.console.layout=org.apache.log4j.SimpleLayout' > "$o/log4j.properties"
-  java -server -Xmx512M -Dlog4j.configuration="file:$o/log4j.properties" \
+  java -server "-Xmx${ORIGINAL_HEAP:-2G}" -Dlog4j.configuration="file:$o/log4j.properties" \
     -cp "$o/classes:$ORIGINAL_CP" org.zper.ZPer "$o/server.properties" &
   ORIGINAL_PID=$!
   sleep 2
