@@ -2,7 +2,7 @@
 //! thread owns a TCP listener instead of a libzmq ROUTER, runs each client's handshake (ZMTP/2.0
 //! for JeroMQ 0.3, ZMTP/3.x with NULL for libzmq 4; DEALER, REQ and ROUTER clients, spec
 //! `zper.md` §2, §5) and hands whole requests to `reader.workers` worker threads. A FETCH
-//! range of the open segment of at least [`MIN_FILE`] bytes comes back as a file range and
+//! range of the open segment of at least [`MIN_FILE`](super::worker::MIN_FILE) bytes comes back as a file range and
 //! goes from the page cache to the socket with `sendfile`, as the original ZPER's reader sends
 //! its segment files (§5.3); other replies come back as frames, built as on the libzmq reader
 //! ([`super::handle`]).
@@ -23,9 +23,9 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token, Waker};
-use tracing::{debug, error, warn};
+use tracing::{debug, error};
 use zper_wire::zmtp::command::encode_pong;
-use zper_wire::zmtp::{Command, Event, Handshake, Limits, Null, SocketType};
+use zper_wire::zmtp::{Command, Event, Limits, SocketType};
 use zper_wire::{ReaderReply, Records, Status};
 
 use super::worker::{Answer, Worker};
@@ -38,14 +38,11 @@ use crate::produce::engine::{
     DRAIN_TIMEOUT, HANDSHAKE_TIMEOUT, IDLE_EVICTION, MAX_CONNECTIONS, OUTPUT_PAUSE,
 };
 use crate::zmtp::connection::{Connection, READ_CHUNK};
+use crate::zmtp::peers;
 
 /// Peers the reader accepts (those libzmq's ROUTER accepts: DEALER, REQ and ROUTER).
 pub(crate) const READER_PEERS: [SocketType; 3] =
     [SocketType::Dealer, SocketType::Req, SocketType::Router];
-/// FETCH ranges of the open segment at least this long (bytes) are sent from the file with
-/// `sendfile`; shorter ones are read into memory (a system call each way costs more than
-/// copying them).
-pub(crate) const MIN_FILE: u64 = 64 * 1024;
 /// Largest request frame, bytes (a FETCH is 21 bytes of frames; PRODUCED names a message id of
 /// at most 255 bytes).
 pub(crate) const MAX_REQUEST: u64 = 64 * 1024;
@@ -309,12 +306,10 @@ impl ReaderEngine {
 
     /// Closes connections whose handshake is late, and draining ones past [`DRAIN_TIMEOUT`].
     fn sweep(&mut self, poll: &Poll, clients: &mut Clients) {
-        let late: Vec<Token> = clients
-            .by_token
-            .iter()
-            .filter(|(_, c)| c.conn.in_handshake() && c.conn.accepted.elapsed() > HANDSHAKE_TIMEOUT)
-            .map(|(t, _)| *t)
-            .collect();
+        let late = peers::late_handshakes(
+            clients.by_token.iter().map(|(t, c)| (t, &c.conn)),
+            HANDSHAKE_TIMEOUT,
+        );
         for token in late {
             self.protocol_error(poll, clients, token, "handshake timed out");
         }
@@ -330,41 +325,25 @@ impl ReaderEngine {
     }
 
     fn accept(&mut self, poll: &Poll, clients: &mut Clients) {
-        loop {
-            let (mut stream, _) = match self.listener.accept() {
-                Ok(s) => s,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
-                Err(e) => {
-                    warn!(error = %e, "reader accept failed");
-                    return;
-                }
-            };
+        while let Some(stream) = peers::next_stream(&self.listener, "reader") {
             if clients.by_token.len() >= self.max_connections && !self.evict_idle(poll, clients) {
                 Counters::add(&self.counters.zmtp_refused_connections, 1);
                 continue; // dropped: closed
             }
-            let _ = stream.set_nodelay(true);
             let token = Token(clients.next);
             clients.next += 1;
-            if let Err(e) = poll.registry().register(
-                &mut stream,
-                token,
-                Interest::READABLE | Interest::WRITABLE,
-            ) {
-                warn!(error = %e, "reader could not watch a connection");
+            let Some(conn) = peers::open(poll, stream, token, &READER_PEERS, self.limits, "reader")
+            else {
                 continue;
-            }
-            let handshake = Handshake::new(SocketType::Router, &READER_PEERS, Null);
-            clients.by_token.insert(
-                token,
-                Client {
-                    conn: Connection::accept(stream, handshake, self.limits),
-                    routing_id: Vec::new(),
-                    in_progress: 0,
-                    in_flight: 0,
-                    active: Instant::now(),
-                },
-            );
+            };
+            let client = Client {
+                conn,
+                routing_id: Vec::new(),
+                in_progress: 0,
+                in_flight: 0,
+                active: Instant::now(),
+            };
+            clients.by_token.insert(token, client);
             self.counters.connections[ENDPOINT].fetch_add(1, Ordering::Relaxed);
             self.flush(poll, clients, token);
         }
@@ -373,14 +352,12 @@ impl ReaderEngine {
     /// Closes the connection idle the longest, if it has been idle for `idle_eviction` at
     /// least and has nothing in progress; true if one was closed.
     fn evict_idle(&mut self, poll: &Poll, clients: &mut Clients) -> bool {
-        let oldest = clients
+        let idle = clients
             .by_token
             .iter()
             .filter(|(_, c)| c.in_progress == 0)
-            .min_by_key(|(_, c)| c.active)
-            .filter(|(_, c)| c.active.elapsed() >= self.idle_eviction)
-            .map(|(t, _)| *t);
-        let Some(token) = oldest else {
+            .map(|(t, c)| (*t, c.active));
+        let Some(token) = peers::idle_longest(idle, self.idle_eviction) else {
             return false;
         };
         Counters::add(&self.counters.zmtp_idle_closed, 1);
@@ -414,14 +391,8 @@ impl ReaderEngine {
         if client.conn.in_handshake() {
             match client.conn.handshake() {
                 Ok(Some(peer)) => {
-                    let mut id = peer.identity.clone();
-                    if id.is_empty() {
-                        // As libzmq's ROUTER: a made-up 5-byte id starting with 0 (§2).
-                        clients.anonymous = clients.anonymous.wrapping_add(1);
-                        id = [&[0u8][..], &clients.anonymous.to_be_bytes()].concat();
-                    }
+                    client.routing_id = peers::routing_id(&peer.identity, &mut clients.anonymous);
                     client.conn.peer = Some(peer);
-                    client.routing_id = id;
                 }
                 Ok(None) => {}
                 Err(e) => {
@@ -570,18 +541,7 @@ impl ReaderEngine {
     }
 
     fn protocol_error(&mut self, poll: &Poll, clients: &mut Clients, token: Token, why: &str) {
-        let n = self
-            .counters
-            .zmtp_protocol_errors
-            .fetch_add(1, Ordering::Relaxed)
-            + 1;
-        if n.is_power_of_two() {
-            warn!(
-                reason = why,
-                errors_so_far = n,
-                "reader closed a connection"
-            );
-        }
+        peers::count_protocol_error(&self.counters.zmtp_protocol_errors, "reader", why);
         self.close(poll, clients, token);
     }
 

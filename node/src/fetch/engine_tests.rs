@@ -1,4 +1,5 @@
 use super::*;
+use zper_wire::zmtp::{Handshake, Null};
 
 /// A connected client connection (its peer is returned too, to keep it open).
 fn client(in_progress: usize) -> (Client, std::net::TcpStream) {

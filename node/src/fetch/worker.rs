@@ -8,11 +8,15 @@ use std::sync::Arc;
 use zper_store::{FetchedRange, Store};
 use zper_wire::{Identity, ReaderReply, ReaderRequest, Status};
 
-use super::engine::MIN_FILE;
 use super::{count_fetched, fragment_key, handle, reply_bound, Remote};
 use crate::memory::MemoryBudget;
 use crate::metrics::Counters;
 use crate::replication::PlacementView;
+
+/// FETCH ranges of the open segment at least this long (bytes) are sent from the file with
+/// `sendfile`; shorter ones are read into memory (a system call each way costs more than
+/// copying them).
+pub(crate) const MIN_FILE: u64 = 64 * 1024;
 
 /// A reply as a worker built it.
 pub(crate) enum Answer {

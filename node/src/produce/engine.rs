@@ -25,7 +25,7 @@ use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
 use tracing::{debug, error, warn};
 use zper_wire::zmtp::command::encode_pong;
-use zper_wire::zmtp::{Command, Dropped, Event, Handshake, Limits, Null, SocketType};
+use zper_wire::zmtp::{Command, Dropped, Event, Limits, SocketType};
 
 use super::credit::Credit;
 use super::front::{dropped, invalid_identity};
@@ -33,6 +33,7 @@ use super::{copy_id, Producer, Producers, WriteBatch, BATCH_BYTES};
 use crate::endpoint::POLL_MS;
 use crate::metrics::Counters;
 use crate::zmtp::connection::{Connection, READ_CHUNK};
+use crate::zmtp::peers;
 use zper_wire::AckMode;
 
 /// Peers the writer accepts (spec §4.1: DEALER, REQ and PUSH).
@@ -256,14 +257,8 @@ impl EngineFront {
                         "writer stopped waiting for mode-2 replies that never came"
                     );
                 }
-                let late: Vec<Token> = clients
-                    .by_token
-                    .iter()
-                    .filter(|(_, c)| {
-                        c.conn.in_handshake() && c.conn.accepted.elapsed() > HANDSHAKE_TIMEOUT
-                    })
-                    .map(|(t, _)| *t)
-                    .collect();
+                let conns = clients.by_token.iter().map(|(t, c)| (t, &c.conn));
+                let late = peers::late_handshakes(conns, HANDSHAKE_TIMEOUT);
                 for token in late {
                     self.protocol_error(&poll, &mut clients, token, "handshake timed out");
                 }
@@ -279,42 +274,25 @@ impl EngineFront {
     }
 
     fn accept(&mut self, poll: &Poll, clients: &mut Clients) {
-        loop {
-            let (mut stream, _) = match self.listener.accept() {
-                Ok(s) => s,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
-                Err(e) => {
-                    warn!(error = %e, "writer accept failed");
-                    return;
-                }
-            };
+        while let Some(stream) = peers::next_stream(&self.listener, "writer") {
             if clients.by_token.len() >= self.max_connections && !self.evict_idle(poll, clients) {
                 Counters::add(&self.counters.zmtp_refused_connections, 1);
                 continue; // dropped: closed
             }
-            let _ = stream.set_nodelay(true);
             let token = Token(clients.next);
             clients.next += 1;
-            if let Err(e) = poll.registry().register(
-                &mut stream,
-                token,
-                Interest::READABLE | Interest::WRITABLE,
-            ) {
-                warn!(error = %e, "writer could not watch a connection");
+            let Some(conn) = peers::open(poll, stream, token, &WRITER_PEERS, self.limits, "writer")
+            else {
                 continue;
-            }
-            let handshake = Handshake::new(SocketType::Router, &WRITER_PEERS, Null);
-            let conn = Connection::accept(stream, handshake, self.limits);
-            clients.by_token.insert(
-                token,
-                Client {
-                    conn,
-                    routing_id: Vec::new(),
-                    producer: None,
-                    active: Instant::now(),
-                    unacked_id: Vec::new(),
-                },
-            );
+            };
+            let client = Client {
+                conn,
+                routing_id: Vec::new(),
+                producer: None,
+                active: Instant::now(),
+                unacked_id: Vec::new(),
+            };
+            clients.by_token.insert(token, client);
             self.counters.connections[0].fetch_add(1, Ordering::Relaxed);
             self.flush(poll, clients, token);
         }
@@ -323,12 +301,8 @@ impl EngineFront {
     /// Closes the connection idle the longest, if it has been idle for `idle_eviction` at
     /// least; true if one was closed.
     fn evict_idle(&mut self, poll: &Poll, clients: &mut Clients) -> bool {
-        let oldest = clients
-            .by_token
-            .iter()
-            .min_by_key(|(_, c)| c.active)
-            .filter(|(_, c)| c.active.elapsed() >= self.idle_eviction)
-            .map(|(t, _)| *t);
+        let idle = clients.by_token.iter().map(|(t, c)| (*t, c.active));
+        let oldest = peers::idle_longest(idle, self.idle_eviction);
         let Some(token) = oldest else {
             return false;
         };
@@ -363,12 +337,7 @@ impl EngineFront {
         if client.conn.in_handshake() {
             match client.conn.handshake() {
                 Ok(Some(peer)) => {
-                    let mut id = peer.identity.clone();
-                    if id.is_empty() {
-                        // As libzmq's ROUTER: a made-up 5-byte id starting with 0 (§2).
-                        clients.anonymous = clients.anonymous.wrapping_add(1);
-                        id = [&[0u8][..], &clients.anonymous.to_be_bytes()].concat();
-                    }
+                    let id = peers::routing_id(&peer.identity, &mut clients.anonymous);
                     let producer = self.producers.get(&id, self.senders.len());
                     if let Some(client) = clients.by_token.get_mut(&token) {
                         client.conn.peer = Some(peer);
@@ -512,18 +481,7 @@ impl EngineFront {
     }
 
     fn protocol_error(&mut self, poll: &Poll, clients: &mut Clients, token: Token, why: &str) {
-        let n = self
-            .counters
-            .zmtp_protocol_errors
-            .fetch_add(1, Ordering::Relaxed)
-            + 1;
-        if n.is_power_of_two() {
-            warn!(
-                reason = why,
-                errors_so_far = n,
-                "writer closed a connection"
-            );
-        }
+        peers::count_protocol_error(&self.counters.zmtp_protocol_errors, "writer", why);
         self.close(poll, clients, token);
     }
 

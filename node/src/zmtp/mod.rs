@@ -10,3 +10,4 @@
 
 pub(crate) mod connection;
 pub(crate) mod listener;
+pub(crate) mod peers;

@@ -1,0 +1,122 @@
+//! What the writer and reader engines both do with their peers' connections (issue #17): take
+//! a new one, name its peer, pick the connections to close, count protocol errors.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use mio::net::{TcpListener, TcpStream};
+use mio::{Interest, Poll, Token};
+use tracing::warn;
+use zper_wire::zmtp::{Handshake, Limits, Null, SocketType};
+
+use super::connection::Connection;
+
+/// The next connection waiting on `listener`; `None` when none waits (or accepting failed,
+/// logged for `endpoint`).
+pub(crate) fn next_stream(listener: &TcpListener, endpoint: &str) -> Option<TcpStream> {
+    match listener.accept() {
+        Ok((stream, _)) => Some(stream),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => None,
+        Err(e) => {
+            warn!(endpoint, error = %e, "accept failed");
+            None
+        }
+    }
+}
+
+/// Watches `stream` with `poll` under `token` (reads and writes), with TCP_NODELAY, and begins
+/// its handshake as a ROUTER that accepts `peers`; `None` (the stream closed, logged) when it
+/// cannot be watched.
+pub(crate) fn open(
+    poll: &Poll,
+    mut stream: TcpStream,
+    token: Token,
+    peers: &[SocketType],
+    limits: Limits,
+    endpoint: &str,
+) -> Option<Connection> {
+    let _ = stream.set_nodelay(true);
+    if let Err(e) =
+        poll.registry()
+            .register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)
+    {
+        warn!(endpoint, error = %e, "could not watch a connection");
+        return None;
+    }
+    let handshake = Handshake::new(SocketType::Router, peers, Null);
+    Some(Connection::accept(stream, handshake, limits))
+}
+
+/// The routing id of a peer that sent `identity`: the identity, or for an empty one, as
+/// libzmq's ROUTER does, a made-up 5-byte id starting with 0 (spec `zper.md` §2), counted by
+/// `anonymous`.
+pub(crate) fn routing_id(identity: &[u8], anonymous: &mut u32) -> Vec<u8> {
+    if !identity.is_empty() {
+        return identity.to_vec();
+    }
+    *anonymous = anonymous.wrapping_add(1);
+    [&[0u8][..], &anonymous.to_be_bytes()].concat()
+}
+
+/// Of `(token, last active)` pairs, the one idle the longest if it has been idle `min` at
+/// least.
+pub(crate) fn idle_longest(
+    connections: impl Iterator<Item = (Token, Instant)>,
+    min: Duration,
+) -> Option<Token> {
+    connections
+        .min_by_key(|(_, active)| *active)
+        .filter(|(_, active)| active.elapsed() >= min)
+        .map(|(t, _)| t)
+}
+
+/// The connections of `connections` whose handshake has run longer than `limit`.
+pub(crate) fn late_handshakes<'a>(
+    connections: impl Iterator<Item = (&'a Token, &'a Connection)>,
+    limit: Duration,
+) -> Vec<Token> {
+    connections
+        .filter(|(_, c)| c.in_handshake() && c.accepted.elapsed() > limit)
+        .map(|(t, _)| *t)
+        .collect()
+}
+
+/// Counts a connection closed for a protocol error in `counter`, logging it (with `why`) at
+/// every power of two so a hostile peer cannot flood the log.
+pub(crate) fn count_protocol_error(counter: &AtomicU64, endpoint: &str, why: &str) {
+    let n = counter.fetch_add(1, Ordering::Relaxed) + 1;
+    if n.is_power_of_two() {
+        warn!(
+            endpoint,
+            reason = why,
+            errors_so_far = n,
+            "closed a connection for a protocol error"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_identity_gets_a_fresh_id_starting_with_zero() {
+        let mut anonymous = 0;
+        assert_eq!(routing_id(b"abc", &mut anonymous), b"abc");
+        assert_eq!(anonymous, 0);
+        assert_eq!(routing_id(b"", &mut anonymous), vec![0, 0, 0, 0, 1]);
+        assert_eq!(routing_id(b"", &mut anonymous), vec![0, 0, 0, 0, 2]);
+    }
+
+    #[test]
+    fn the_connection_idle_the_longest_is_chosen_only_past_the_minimum() {
+        let now = Instant::now();
+        let old = now.checked_sub(Duration::from_secs(20)).unwrap_or(now);
+        let older = now.checked_sub(Duration::from_secs(30)).unwrap_or(now);
+        let all = [(Token(2), old), (Token(3), older), (Token(4), now)];
+        let min = Duration::from_secs(10);
+        assert_eq!(idle_longest(all.into_iter(), min), Some(Token(3)));
+        assert_eq!(idle_longest(all.into_iter(), Duration::from_secs(60)), None);
+        assert_eq!(idle_longest(std::iter::empty(), min), None);
+    }
+}
