@@ -415,6 +415,28 @@ mod tests {
         assert_eq!(conn.input.len(), READ_CHUNK);
     }
 
+    /// Flushes `conn` while `peer` reads `total` bytes (bounded: 10 s); the bytes read.
+    fn flush_to(conn: &mut Connection, mut peer: std::net::TcpStream, total: usize) -> Vec<u8> {
+        let reader = std::thread::spawn(move || {
+            let mut got = vec![0u8; total];
+            peer.read_exact(&mut got).expect("all bytes");
+            got
+        });
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        while conn.unsent() > 0 && Instant::now() < deadline {
+            conn.flush().expect("flush");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        reader.join().expect("reader")
+    }
+
+    /// Appends the header of a last frame of `len` bytes to `out`.
+    fn last_frame_header(len: u64, out: &mut Vec<u8>) {
+        let mut head = [0u8; 9];
+        let n = zper_wire::zmtp::frame::encode_header(false, false, len, &mut head);
+        out.extend_from_slice(&head[..n]);
+    }
+
     #[test]
     fn a_file_range_goes_out_between_queued_replies_in_order() {
         use std::io::Write as _;
@@ -423,7 +445,7 @@ mod tests {
             max_buffered: 2 << 20,
             allow_empty_message: true,
         };
-        let (mut conn, mut peer) = pair(limits);
+        let (mut conn, peer) = pair(limits);
         let mut file = tempfile::tempfile().expect("tmp");
         let content: Vec<u8> = (0..=250u8).cycle().take(3 << 20).collect();
         file.write_all(&content).expect("write");
@@ -437,26 +459,13 @@ mod tests {
         encode_frame(false, false, b"first", &mut want);
         encode_frame(true, false, b"", &mut want);
         encode_frame(true, false, &[100], &mut want);
-        let mut head = [0u8; 9];
-        let n = zper_wire::zmtp::frame::encode_header(false, false, len, &mut head);
-        want.extend_from_slice(&head[..n]);
+        last_frame_header(len, &mut want);
         want.extend_from_slice(&content[at as usize..]);
         encode_frame(true, false, b"after", &mut want);
         encode_frame(false, false, b"it", &mut want);
         assert_eq!(conn.unsent(), want.len());
-        let total = want.len();
-        let reader = std::thread::spawn(move || {
-            let mut got = vec![0u8; total];
-            peer.read_exact(&mut got).expect("all bytes");
-            got
-        });
-        let deadline = Instant::now() + std::time::Duration::from_secs(10);
-        while conn.unsent() > 0 && Instant::now() < deadline {
-            conn.flush().expect("flush");
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
+        let got = flush_to(&mut conn, peer, want.len());
         assert_eq!(conn.unsent(), 0);
-        let got = reader.join().expect("reader");
         assert!(got == want, "bytes differ");
         // A range past the file's end cannot complete its frame: the connection must close.
         conn.queue_file(&[vec![100]], file, 3 << 20, 10);
@@ -471,7 +480,7 @@ mod tests {
             max_buffered: 2 << 20,
             allow_empty_message: true,
         };
-        let (mut conn, mut peer) = pair(limits);
+        let (mut conn, peer) = pair(limits);
         let mut file = tempfile::tempfile().expect("tmp");
         file.write_all(&vec![9u8; 32 << 20]).expect("write");
         let mut want = conn.output.clone();
@@ -481,22 +490,10 @@ mod tests {
         assert!(conn.unsent() > 0, "the peer reads nothing yet");
         zper_wire::zmtp::command::encode_pong(b"ctx", conn.send_raw());
         encode_frame(true, false, &[100], &mut want);
-        let mut head = [0u8; 9];
-        let n = zper_wire::zmtp::frame::encode_header(false, false, 32 << 20, &mut head);
-        want.extend_from_slice(&head[..n]);
+        last_frame_header(32 << 20, &mut want);
         want.extend(std::iter::repeat_n(9u8, 32 << 20));
         zper_wire::zmtp::command::encode_pong(b"ctx", &mut want);
-        let total = want.len();
-        let reader = std::thread::spawn(move || {
-            let mut got = vec![0u8; total];
-            peer.read_exact(&mut got).expect("all bytes");
-            got
-        });
-        let deadline = Instant::now() + std::time::Duration::from_secs(10);
-        while conn.unsent() > 0 && Instant::now() < deadline {
-            conn.flush().expect("flush");
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-        assert!(reader.join().expect("reader") == want, "the PONG moved");
+        let got = flush_to(&mut conn, peer, want.len());
+        assert!(got == want, "the PONG moved");
     }
 }
