@@ -123,7 +123,7 @@ impl Cluster {
             .enumerate()
             .map(|(i, name)| {
                 let _ = docker(&["rm", "-f", "-v", name]);
-                let args = vec![
+                let mut args = vec![
                     "run".to_owned(),
                     "--node-id".into(),
                     (i + 1).to_string(),
@@ -139,6 +139,14 @@ impl Cluster {
                     "--set".into(),
                     "segment_size=65536".into(),
                 ];
+                // More settings for every node, `key=value` separated by spaces (e.g.
+                // ZPER_CHAOS_SET='reader.engine=zmtp' runs the suite on the other reader).
+                for kv in std::env::var("ZPER_CHAOS_SET")
+                    .unwrap_or_default()
+                    .split_whitespace()
+                {
+                    args.extend(["--set".to_owned(), kv.to_owned()]);
+                }
                 // Root in the container: the host directory (a LazyFs or tmpfs mount among
                 // them) belongs to root.
                 let log = std::env::var("ZPER_CHAOS_RUST_LOG")
@@ -248,13 +256,32 @@ impl Cluster {
                     .is_ok_and(|r| r.status().is_success() || r.status().as_u16() == 409)
             })
         });
-        assert!(ok, "create topic {topic}");
+        assert!(ok, "create topic {topic}: {}", self.describe("/v1/raft"));
+        let path = format!("/v1/topics/{topic}");
+        // Generous: on a loaded 2-core runner a follower's apply may lag; what each node
+        // answers goes into the message when it never catches up.
         assert!(
-            wait_until(Duration::from_secs(20), || (0..3).all(|i| self
-                .get(i, &format!("/v1/topics/{topic}"))["fragments"][0]["leader"]
-                .is_u64())),
-            "every node knows {topic}'s leader"
+            wait_until(Duration::from_secs(60), || (0..3)
+                .all(|i| self.get(i, &path)["fragments"][0]["leader"].is_u64())),
+            "every node knows {topic}'s leader: {}; {}",
+            self.describe(&path),
+            self.describe("/v1/raft")
         );
+    }
+
+    /// What each node answers to `GET path` (status and body, shortened), for failure messages.
+    pub fn describe(&self, path: &str) -> String {
+        self.nodes
+            .iter()
+            .map(|n| match http_get(&n.http(), path) {
+                Some((status, body)) => {
+                    let body: String = body.to_string().chars().take(400).collect();
+                    format!("{} {path} -> {status} {body}", n.name)
+                }
+                None => format!("{} {path} -> no answer in 2 s", n.name),
+            })
+            .collect::<Vec<_>>()
+            .join(" | ")
     }
 
     /// SIGKILL of node `i` (its container stops; its volume stays).
@@ -345,6 +372,16 @@ impl Drop for Cluster {
                         .args(["logs", &n.name])
                         .output()
                     {
+                        // The CI output is all a remote run leaves: each node's last
+                        // warnings and errors go there too.
+                        let text = String::from_utf8_lossy(&out.stderr);
+                        let worst: Vec<&str> = text
+                            .lines()
+                            .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+                            .collect();
+                        for line in &worst[worst.len().saturating_sub(15)..] {
+                            eprintln!("{}: {line}", n.name);
+                        }
                         let _ = std::fs::write(dir.join(format!("{}.log", n.name)), out.stderr);
                     }
                 }

@@ -257,13 +257,15 @@ fn idempotent(
 ) {
     let ctx = zmq::Context::new();
     let identity = identity(zper_wire::IDEMPOTENT_PER_MESSAGE, 3_000_000);
-    let mut next = 0u64;
+    // Where the last connection left off: producer id and sequence together (it may have gone
+    // on under a new producer id after a gap).
+    let mut next = None;
     let mut turn = 0u64;
     while running(stop, deadline) {
         turn += 1;
         let (writers, mut opts) = idempotent_setup(ips, turn, AckMode::PerMessage);
         opts.identity = Some(identity.clone());
-        opts.first_sequence = next;
+        opts.resume = next;
         let Ok(mut p) = IdempotentProducer::connect(&ctx, &writers, opts) else {
             std::thread::sleep(Duration::from_millis(100));
             continue;
@@ -278,7 +280,7 @@ fn idempotent(
                 a.idempotent.insert((id.producer, id.sequence), payload);
             }
         }
-        next = p.next_id().sequence;
+        next = Some(p.next_id());
     }
 }
 

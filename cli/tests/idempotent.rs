@@ -327,7 +327,10 @@ fn a_mode_1_producer_the_leader_forgot_goes_on_under_a_new_producer_id() {
     // A producer resuming at sequence 7 the node has no memory of (its earlier messages were
     // lost, or forgotten): 106 with expected 0, below anything it holds.
     let mut opts = IdempotentOptions::new("forgot", AckMode::PerFlush);
-    opts.first_sequence = 7;
+    opts.resume = Some(zper_client::MessageId {
+        producer: zper_wire::idempotent::producer_id([0x5a; 16]),
+        sequence: 7,
+    });
     opts.timeout = Duration::from_millis(500);
     opts.deadline = Duration::from_secs(20);
     let mut p =
@@ -352,6 +355,60 @@ fn a_mode_1_producer_the_leader_forgot_goes_on_under_a_new_producer_id() {
         })
         .collect();
     assert_eq!(ids, expected, "0, 1, 2 of the new producer id, each once");
+}
+
+#[test]
+fn a_producer_resuming_where_a_renumbered_one_left_off_stores_every_message() {
+    // The chaos suite's mode-2 producer reconnects every 20 messages with its identity and
+    // where the last connection left off. When that one had gone on under a new producer id
+    // (a gap it could not fill), resuming the identity's id at the new id's sequence sent
+    // sequences the old id had used long ago: acknowledged as duplicates, never stored
+    // (idempotent_lost 5 in restart_of_all_three_at_once).
+    use zper_client::{AckMode, IdempotentOptions, IdempotentProducer, MessageId};
+    let n = TestNode::start();
+    let ctx = zmq::Context::new();
+    let writers = std::slice::from_ref(&n.writer);
+    let options = |resume: Option<MessageId>| {
+        let mut o = IdempotentOptions::new("resume", AckMode::PerMessage);
+        o.identity = Some(idempotent_identity("resume", 0x42));
+        o.timeout = Duration::from_millis(500);
+        o.deadline = Duration::from_secs(20);
+        o.resume = resume;
+        o
+    };
+    let mut p = IdempotentProducer::connect(&ctx, writers, options(None)).expect("producer");
+    for i in 0..10u8 {
+        p.send(&[&[b'a', i][..]]).expect("stored");
+    }
+    assert_eq!(p.next_id().producer, PRODUCER);
+    // Sequence 20 leaves a gap after 9: 106, and it goes on as a new producer id from 0.
+    let gap = MessageId {
+        producer: PRODUCER,
+        sequence: 20,
+    };
+    let mut p = IdempotentProducer::connect(&ctx, writers, options(Some(gap))).expect("producer");
+    for i in 0..3u8 {
+        p.send(&[&[b'b', i][..]]).expect("stored");
+    }
+    let left_off = p.next_id();
+    assert_ne!(
+        left_off.producer, PRODUCER,
+        "went on under a new producer id"
+    );
+    assert_eq!(left_off.sequence, 3);
+    let mut p =
+        IdempotentProducer::connect(&ctx, writers, options(Some(left_off))).expect("producer");
+    for i in 0..3u8 {
+        p.send(&[&[b'c', i][..]]).expect("stored");
+    }
+    let stored = messages(&n.wait_readable("resume", 16 * (2 + 24 + 2 + 2)));
+    let bodies: Vec<Vec<u8>> = stored.iter().map(|m| m[1].clone()).collect();
+    let expected: Vec<Vec<u8>> = (0..10u8)
+        .map(|i| vec![b'a', i])
+        .chain((0..3u8).map(|i| vec![b'b', i]))
+        .chain((0..3u8).map(|i| vec![b'c', i]))
+        .collect();
+    assert_eq!(bodies, expected, "every message stored once, in order");
 }
 
 /// After a restart the window is rebuilt from the log, where only message ids are stored. A

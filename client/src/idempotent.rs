@@ -135,9 +135,15 @@ pub struct IdempotentOptions {
     /// The identity to present (the producer id is derived from its last 16 bytes, its UUID);
     /// default a fresh one.
     pub identity: Option<Vec<u8>>,
-    /// The first message's sequence: where a producer with this identity left off (a
-    /// sequence that was used, even without an ack, must not be used again).
-    pub first_sequence: u64,
+    /// Where an earlier producer left off: its [`IdempotentProducer::next_id`], producer id and
+    /// sequence together (a sequence that was used, even without an ack, must not be used
+    /// again). None: the identity's own producer id from sequence 0.
+    ///
+    /// The producer id is part of it because a producer may have gone on under a new one
+    /// (after a gap it could not fill); resuming the identity's producer id at the new one's
+    /// sequence would send sequences that id used long ago, which the node answers as
+    /// duplicates: acknowledged and not stored.
+    pub resume: Option<MessageId>,
 }
 
 impl IdempotentOptions {
@@ -149,7 +155,7 @@ impl IdempotentOptions {
             timeout: Duration::from_secs(2),
             deadline: Duration::from_secs(60),
             identity: None,
-            first_sequence: 0,
+            resume: None,
         }
     }
 }
@@ -210,9 +216,17 @@ impl IdempotentProducer {
         let uuid: [u8; 16] = id[id.len() - 16..]
             .try_into()
             .map_err(|_| ClientError::Invalid("identity without a 16-byte uuid".into()))?;
-        // The same identity gives the same producer id (a producer reconnecting with its
-        // identity goes on with its sequences).
-        let producer = zper_wire::idempotent::producer_id(uuid);
+        // The same identity gives the same producer id, unless `resume` names the id an
+        // earlier producer went on under.
+        let (producer, next) = match opts.resume {
+            Some(at) if zper_wire::idempotent::parse_message_id(&at.to_bytes()).is_none() => {
+                return Err(ClientError::Invalid(
+                    "resume: not an idempotent message id (use a producer's next_id())".into(),
+                ))
+            }
+            Some(at) => (at.producer, at.sequence),
+            None => (zper_wire::idempotent::producer_id(uuid), 0),
+        };
         let socket = open(ctx, &endpoints[0], &id, &opts)?;
         Ok(IdempotentProducer {
             ctx: ctx.clone(),
@@ -222,7 +236,7 @@ impl IdempotentProducer {
             identity: id,
             producer,
             mode: opts.mode,
-            next: opts.first_sequence,
+            next,
             opts,
             unacked: Unacked::default(),
             resent: 0,
@@ -423,34 +437,45 @@ impl IdempotentProducer {
     }
 
     /// The next reply within the attempt timeout: an ack or a refusal of one of this
-    /// producer's sequences; None on timeout.
+    /// producer's sequences; None on timeout or a reply that is not one.
+    ///
+    /// Replies naming another producer id are skipped: after going on under a new id
+    /// (renumbered after a gap it could not fill), a late ack for the old id's sequence `s` would
+    /// otherwise be taken for the new id's `s` and cover messages the node never stored.
     fn reply(&self) -> Result<Option<Reply>, ClientError> {
-        let mut frames = match self.socket.recv_multipart(0) {
-            Ok(f) => f,
-            Err(zmq::Error::EAGAIN) => return Ok(None),
-            Err(e) => {
-                return Err(ClientError::zmq(
-                    "receive from writer",
-                    &self.endpoints[self.at],
-                )(e))
+        loop {
+            let mut frames = match self.socket.recv_multipart(0) {
+                Ok(f) => f,
+                Err(zmq::Error::EAGAIN) => return Ok(None),
+                Err(e) => {
+                    return Err(ClientError::zmq(
+                        "receive from writer",
+                        &self.endpoints[self.at],
+                    )(e))
+                }
+            };
+            if frames.first().is_some_and(Vec::is_empty) {
+                frames.remove(0);
             }
-        };
-        if frames.first().is_some_and(Vec::is_empty) {
-            frames.remove(0);
+            let Some(id) = frames.first().and_then(|f| MessageId::from_bytes(f)) else {
+                return Ok(None);
+            };
+            if id.producer != self.producer {
+                continue;
+            }
+            return Ok(match frames.as_slice() {
+                [_] => Some(Reply::Ack(id.sequence)),
+                [raw, status, rest @ ..] if status.len() == 1 => {
+                    let status = Status::from_byte(status[0]).unwrap_or(Status::InternalError);
+                    let expected = rest
+                        .first()
+                        .and_then(|f| <[u8; 8]>::try_from(f.as_slice()).ok())
+                        .map(u64::from_be_bytes);
+                    Some(Reply::Refused(raw.clone(), id.sequence, status, expected))
+                }
+                _ => None,
+            });
         }
-        let seq_of = |f: &[u8]| MessageId::from_bytes(f).map(|m| m.sequence);
-        Ok(match frames.as_slice() {
-            [id] => seq_of(id).map(Reply::Ack),
-            [id, status, rest @ ..] if status.len() == 1 => {
-                let status = Status::from_byte(status[0]).unwrap_or(Status::InternalError);
-                let expected = rest
-                    .first()
-                    .and_then(|f| <[u8; 8]>::try_from(f.as_slice()).ok())
-                    .map(u64::from_be_bytes);
-                seq_of(id).map(|s| Reply::Refused(id.clone(), s, status, expected))
-            }
-            _ => None,
-        })
     }
 }
 
@@ -485,18 +510,5 @@ fn open(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn message_ids_are_24_bytes_producer_then_big_endian_sequence() {
-        let id = MessageId {
-            producer: [7; 16],
-            sequence: 258,
-        };
-        let b = id.to_bytes();
-        assert_eq!(&b[16..], &[0, 0, 0, 0, 0, 0, 1, 2]);
-        assert_eq!(MessageId::from_bytes(&b), Some(id));
-        assert_eq!(MessageId::from_bytes(&b[..23]), None);
-    }
-}
+#[path = "idempotent_tests.rs"]
+mod tests;
