@@ -51,7 +51,7 @@ pub const KEYS: &[ConfigKey] = &[
     key("writer.workers", "5", "1-256", "writer threads; a topic always goes to the same one (order = arrival order)"),
     key("reader.bind", "tcp://*:5556", "ZeroMQ endpoint", "reader endpoint (zper's ZMTP engine takes `tcp://HOST:PORT` only)"),
     key("reader.workers", "5", "1-256", "reader threads"),
-    key("reader.engine", "libzmq", "zmtp or libzmq", "what speaks ZMTP on the reader: zper's own engine (FETCH ranges of the open segment sent with sendfile, clients held back by TCP past 16 requests in progress instead of answered `[0xFF]`, docs/protocol.md) or a libzmq ROUTER"),
+    key("reader.engine", "zmtp", "zmtp or libzmq", "what speaks ZMTP on the reader: zper's own engine (FETCH ranges of the open segment sent with sendfile, clients held back by TCP past 16 requests in progress instead of answered `[0xFF]`, docs/protocol.md) or a libzmq ROUTER"),
     key("ack.bind", "tcp://*:5557", "ZeroMQ endpoint", "ack PUB (flush notices)"),
     key("controller.bind", "tcp://*:5558", "ZeroMQ endpoint", "controller ROUTER (cluster information, subscriptions)"),
     key("replica.bind", "tcp://*:5560", "ZeroMQ endpoint", "replication endpoint (advertised like the others)"),

@@ -127,7 +127,7 @@ pub enum ConfigError {
 /// What speaks ZMTP on the writer endpoint (`writer.engine`; issue #17).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WriterEngine {
-    /// zper's own engine: ZMTP/2.0 and 3.x, DEALER, REQ and PUSH producers, frames
+    /// zper's own engine (default): ZMTP/2.0 and 3.x, DEALER, REQ and PUSH producers, frames
     /// stored as received, producers held back by TCP when their acks pile up.
     Zmtp,
     /// A libzmq ROUTER (ZMTP/3 handshake: libzmq 4 PUSH producers are refused).
@@ -137,11 +137,11 @@ pub enum WriterEngine {
 /// What speaks ZMTP on the reader endpoint (`reader.engine`; issue #17).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReaderEngine {
-    /// zper's own engine: ZMTP/2.0 and 3.x, DEALER, REQ and ROUTER clients, FETCH
+    /// zper's own engine (default): ZMTP/2.0 and 3.x, DEALER, REQ and ROUTER clients, FETCH
     /// ranges of the open segment sent from the page cache with `sendfile`, clients held back
     /// by TCP instead of `[0xFF]` when they pipeline past 16 requests.
     Zmtp,
-    /// A libzmq ROUTER with worker threads (default).
+    /// A libzmq ROUTER with worker threads.
     Libzmq,
 }
 
@@ -301,7 +301,7 @@ impl Default for NodeConfig {
             writer_engine: WriterEngine::Zmtp,
             reader_bind: endpoint::READER.default_bind(),
             reader_workers: 5,
-            reader_engine: ReaderEngine::Libzmq,
+            reader_engine: ReaderEngine::Zmtp,
             ack_bind: endpoint::ACK.default_bind(),
             controller_bind: endpoint::CONTROLLER.default_bind(),
             replica_bind: endpoint::REPLICA.default_bind(),
