@@ -20,7 +20,7 @@ pub struct Producer {
 }
 
 enum Inner {
-    Idempotent(IdempotentProducer),
+    Idempotent(Box<IdempotentProducer>),
     Plain {
         producer: PlainProducer,
         /// The identity's UUID: the producer id of the ids this producer chooses.
@@ -48,7 +48,8 @@ impl Producer {
             o.timeout = o.timeout.min(opts.timeout);
             o.deadline = opts.retry_for;
             o.identity = opts.identity.clone();
-            let inner = Inner::Idempotent(IdempotentProducer::connect(ctx, endpoints, o)?);
+            let inner =
+                Inner::Idempotent(Box::new(IdempotentProducer::connect(ctx, endpoints, o)?));
             return Ok(Producer { inner });
         }
         let ident = match &opts.identity {
