@@ -134,7 +134,13 @@ impl TopicLog {
                 // A segment found on disk: index it once, checking its checksums as it goes,
                 // so a damaged range is fenced and the records after it are still found.
                 let file = self.open_for_read(seg, seg.start)?;
-                let len = end - seg.start;
+                let file_len = file
+                    .metadata()
+                    .map_err(|e| StoreError::io("stat", &seg.path, e))?
+                    .len();
+                let want = end - seg.start;
+                // A file cut short is scanned as far as it goes; the rest is damage (below).
+                let len = want.min(file_len);
                 let entries: Vec<_> = seg
                     .sums()
                     .entries
@@ -156,6 +162,16 @@ impl TopicLog {
                 let mut built = scanned.index;
                 for &(a, b) in index.damaged() {
                     built.note_damaged(a, b);
+                }
+                if file_len < want {
+                    let from = seg
+                        .cut_start(&file, file_len)
+                        .map_err(|e| StoreError::io("read", &seg.path, e))?;
+                    tracing::error!(topic = %self.name, path = %seg.path.display(), from = seg.start + from, to = end, "segment file cut short: the bytes it lost will not be served");
+                    built.note_damaged(seg.start + from, end);
+                    if index.damage_at(seg.start + from).is_none() {
+                        found.push(seg.start + from);
+                    }
                 }
                 built.built = true;
                 *index = built;

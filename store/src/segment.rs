@@ -162,6 +162,14 @@ impl Segment {
         use std::os::unix::fs::FileExt;
         let file = self.file().map_err(ReadFailure::Io)?;
         let to = rel + n as u64;
+        let file_len = file.metadata().map_err(ReadFailure::Io)?.len();
+        if to > file_len {
+            // The file was cut short under a closed segment: bytes it held are gone. Damage
+            // from the last whole append (or, past the checksums, message) before the cut.
+            let from = self.cut_start(&file, file_len).map_err(ReadFailure::Io)?;
+            let end = to.max(self.sums().covered());
+            return Err(ReadFailure::Corrupt(Mismatch { start: from, end }));
+        }
         // The checksums are taken before the bytes are read: an entry added later (the
         // segment was reopened and grew) never checks bytes read before it.
         let (from_cov, entries, covered) = {
@@ -200,6 +208,27 @@ impl Segment {
             Some(m) => Err(ReadFailure::Corrupt(m)),
             None => Ok(buf),
         }
+    }
+
+    /// Where the damage starts in this segment's file cut short at `file_len` bytes (relative):
+    /// the start of the checksummed append the cut falls in, or past the checksums the end of
+    /// the last whole message before the cut (a message boundary either way, so a copy can be
+    /// cut back there and fetch the rest again).
+    ///
+    /// Errors: reading the bytes past the checksums.
+    pub(crate) fn cut_start(&self, file: &File, file_len: u64) -> io::Result<u64> {
+        let covered = {
+            let sums = self.sums();
+            let i = sums.entries.partition_point(|e| e.end <= file_len);
+            if i < sums.entries.len() {
+                return Ok(sums.start_of(i));
+            }
+            sums.covered()
+        };
+        let tail = pread_new(file, file_len.saturating_sub(covered) as usize, covered)?;
+        let mut it = zper_wire::Records::with_empty(&tail, true);
+        it.by_ref().for_each(drop);
+        Ok(covered + it.message_bytes() as u64)
     }
 
     /// Creates (or opens) a segment file for appending.

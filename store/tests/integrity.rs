@@ -268,6 +268,60 @@ fn a_flipped_byte_in_a_closed_segment_is_never_served_nor_replicated() {
     assert!(!second.bytes.is_empty());
 }
 
+/// A closed segment's file cut short (a bad disk, a careless copy) was read as an I/O error:
+/// every FETCH in the segment got `[0xFF]`, even before the cut, and nothing reported it. Now
+/// the lost bytes are damage like a flipped byte: noted (health reports it, a replicated copy
+/// repairs), never served, and the bytes before the cut are served.
+#[test]
+fn a_closed_segment_cut_short_is_damage_and_its_intact_bytes_are_served() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (m, len) = closed_segments(dir.path());
+    let first = dir.path().join("t").join("00000000000000000000.dat");
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .open(&first)
+        .expect("open");
+    f.set_len(2 * len + 10).expect("cut"); // inside message 3
+    drop(f);
+    // Read from the segment's start (no index built yet) ...
+    let store = Store::open(config(dir.path(), 3 * len)).expect("reopen");
+    let t = store.topic_or_create("t").expect("t");
+    assert_eq!(
+        t.fetch(0, 1 << 20, 1 << 20).expect("before the cut").bytes,
+        [m.clone(), m.clone()].concat()
+    );
+    assert!(matches!(
+        t.fetch(2 * len as i64, 1 << 20, 1 << 20),
+        Err(StoreError::Corrupt { start, .. }) if start == 2 * len
+    ));
+    let damage = t.damage().expect("damage").expect("noted");
+    assert_eq!(damage.at, 2 * len, "{damage:?}");
+    assert!(t.corruptions().expect("count") >= 1);
+    let starts = t.segment_starts().expect("starts");
+    assert!(!t
+        .fetch(starts[1] as i64, 1 << 20, 1 << 20)
+        .expect("the next segment")
+        .bytes
+        .is_empty());
+    drop(t);
+    drop(store);
+    // ... and from inside it (the index is built first, as far as the file goes).
+    let store = Store::open(config(dir.path(), 3 * len)).expect("reopen");
+    let t = store.topic_or_create("t").expect("t");
+    assert_eq!(
+        t.fetch(len as i64, 1 << 20, 1 << 20)
+            .expect("message 2")
+            .bytes,
+        m
+    );
+    assert!(matches!(
+        t.fetch(2 * len as i64, 1 << 20, 1 << 20),
+        Err(StoreError::Corrupt { .. })
+    ));
+    assert_eq!(t.damaged_ranges().expect("ranges"), [(2 * len, 4 * len)]);
+    assert_eq!(t.damage().expect("damage").map(|d| d.at), Some(2 * len));
+}
+
 /// Issue #13, defect 7: a crash after the file was extended can leave zeros at the end of the
 /// newest segment, which read back as thousands of empty messages (2048 from 4 KiB).
 #[test]
