@@ -254,3 +254,68 @@ fn a_damaged_only_in_sync_leader_lets_the_other_replica_catch_up_and_take_over()
         assert!(stored.contains(id), "acknowledged {id} lost");
     }
 }
+
+/// A closed segment's file cut short on a follower (found by an attack in stop 41): every
+/// read of that segment failed with 0xFF, nothing reported it and the copy stayed short. Now
+/// the first read that meets the cut notes it as damage, that read is served up to the cut,
+/// and the copy is cut back there and fetches the rest again from the leader.
+#[test]
+fn a_follower_segment_cut_short_is_found_by_a_read_and_repaired_from_the_leader() {
+    let c = TestCluster::start_with("segment_size = 4096");
+    let leader = c.create("cut", 3);
+    let acked = c.produce_all(leader, "cut", 0..600);
+    assert_eq!(acked.len(), 600);
+    assert!(eventually(|| {
+        let a = c.segments(leader, "cut");
+        a.len() >= 3 && (1..=3).all(|n| c.segments(n, "cut") == a)
+    }));
+    let follower = (1..=3).find(|n| *n != leader).expect("a follower");
+    let whole = c.segments(follower, "cut");
+    let (name, bytes) = whole.iter().next().expect("the oldest segment, closed");
+    let path = c.data[follower as usize - 1].join("cut").join(name);
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("open");
+    f.set_len(bytes.len() as u64 / 2).expect("cut the file");
+    drop(f);
+    // A consumer on the follower reads the segment: served up to the cut, never past it.
+    let reader = client(
+        &c.ctx,
+        zmq::DEALER,
+        &identity("cut", 0),
+        &c.nodes[follower as usize - 1].reader,
+    );
+    let f = fetch_frames(0, 1 << 20);
+    let refs: Vec<&[u8]> = f.iter().map(Vec::as_slice).collect();
+    let reply = request(&reader, &refs);
+    assert_eq!(reply[0], [100]);
+    assert!(
+        !reply[1].is_empty() && reply[1].len() <= bytes.len() / 2,
+        "{} bytes",
+        reply[1].len()
+    );
+    assert_eq!(
+        reply[1][..],
+        bytes[..reply[1].len()],
+        "what is served is intact"
+    );
+    // The copy repairs: identical to the leader's again, every acknowledged message there.
+    assert!(
+        eventually(|| c.segments(follower, "cut") == c.segments(leader, "cut")),
+        "the follower's copy is repaired"
+    );
+    let stored = ids_in(&concat(&c.segments(follower, "cut")));
+    for id in &acked {
+        assert!(stored.contains(id), "the follower lacks acknowledged {id}");
+    }
+    let metrics = http("GET", &c.http(follower), "/metrics", None)
+        .expect("metrics")
+        .1;
+    assert!(
+        metrics.lines().any(|l| l
+            .starts_with(r#"zper_integrity_events_total{event="corruption_detected"}"#)
+            && !l.ends_with(" 0")),
+        "the damage is counted"
+    );
+}
