@@ -213,6 +213,31 @@ def main():
         check(json.loads(d["data"]["zper-dashboard.json"]) == shipped,
               "the ConfigMap holds deploy/grafana/zper-dashboard.json")
 
+    # TLS on the admin port (issue #19): the Secret is mounted, the config names its files, the
+    # probes and the ServiceMonitor use HTTPS; no key material in the ConfigMap.
+    docs = render({"tls": {"existingSecret": "zper-tls"}, "serviceMonitor": {"enabled": True}})
+    validate(docs, "tls")
+    (sts,) = by_kind(docs, "StatefulSet")
+    pod = sts["spec"]["template"]["spec"]
+    zper = pod["containers"][0]
+    check({"name": "tls", "secret": {"secretName": "zper-tls"}} in pod["volumes"],
+          "tls: the Secret is a volume")
+    check(any(m["name"] == "tls" and m["mountPath"] == "/etc/zper-tls" and m.get("readOnly")
+              for m in zper["volumeMounts"]), "tls: mounted read-only at /etc/zper-tls")
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        check(zper[probe]["httpGet"].get("scheme") == "HTTPS", f"tls: {probe} uses HTTPS")
+    (cm,) = [c for c in by_kind(docs, "ConfigMap") if c["metadata"]["name"] == "rel-zper"]
+    props = cm["data"]["server.properties"]
+    for line in ("http.tls_cert = /etc/zper-tls/tls.crt", "http.tls_key = /etc/zper-tls/tls.key",
+                 "http.tls_ca = /etc/zper-tls/ca.crt"):
+        check(line in props, f"tls: the config has {line}")
+    (sm,) = by_kind(docs, "ServiceMonitor")
+    check(sm["spec"]["endpoints"][0].get("scheme") == "https", "tls: the ServiceMonitor scrapes HTTPS")
+    docs = render({})
+    (sts,) = by_kind(docs, "StatefulSet")
+    zper = sts["spec"]["template"]["spec"]["containers"][0]
+    check("scheme" not in zper["readinessProbe"]["httpGet"], "no TLS: probes stay HTTP")
+
     if failures:
         for f in failures:
             print(f"check-chart: FAILED: {f}", file=sys.stderr)

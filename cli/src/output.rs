@@ -19,6 +19,10 @@ pub struct AdminTarget {
     /// --config).
     #[arg(long, global = true, env = "ZPER_ADMIN_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// CA certificates (PEM) of a node whose admin port speaks TLS (`http.tls_cert`): the
+    /// CLI then uses https and trusts only these (default: from --config's `http.tls_ca`).
+    #[arg(long, global = true, env = "ZPER_TLS_CA", value_name = "FILE")]
+    pub tls_ca: Option<std::path::PathBuf>,
 }
 
 impl AdminTarget {
@@ -28,7 +32,13 @@ impl AdminTarget {
     pub fn client(&self, defaults: &Endpoints) -> Result<AdminClient> {
         let admin = self.admin.as_deref().unwrap_or(&defaults.admin);
         let token = self.token.clone().or_else(|| defaults.admin_token.clone());
-        Ok(AdminClient::new(admin, token, Duration::from_secs(30))?)
+        let ca = self.tls_ca.as_deref().or(defaults.admin_ca.as_deref());
+        Ok(AdminClient::with_ca(
+            admin,
+            token,
+            Duration::from_secs(30),
+            ca,
+        )?)
     }
 }
 

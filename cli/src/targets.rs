@@ -22,6 +22,7 @@ pub fn targets(config: Option<&std::path::Path>) -> Result<Endpoints> {
             .clone()
             .unwrap_or_else(|| c.cluster.http_bind.replace("0.0.0.0:", "127.0.0.1:")),
         admin_token: c.cluster.admin_token.clone(),
+        admin_ca: c.cluster.tls_ca.clone(),
         dolly: connectable(&c.dolly_requests_bind),
         controller: connectable(&c.controller_bind),
     })

@@ -37,6 +37,15 @@ pub enum AdminError {
     /// The HTTP client could not be built or the body not read.
     #[error("admin API: {0}")]
     Http(#[from] reqwest::Error),
+    /// The CA file for an admin port over TLS (`--tls-ca`, `http.tls_ca`) could not be read
+    /// or holds no PEM certificate.
+    #[error("CA certificates {path}: {message}")]
+    Ca {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What went wrong.
+        message: String,
+    },
     /// The answer is not the view the route documents (a node of another version?).
     #[error("admin API {path}: unexpected answer: {message}")]
     Body {
@@ -75,11 +84,45 @@ impl AdminClient {
         token: Option<String>,
         timeout: Duration,
     ) -> Result<Self, AdminError> {
+        Self::with_ca(address, token, timeout, None)
+    }
+
+    /// As [`AdminClient::new`], over TLS (`https://`) when `ca` names a PEM file of the CA
+    /// certificates to trust (only those: the system's roots are not used), for a node with
+    /// `http.tls_cert` set (issue #19).
+    ///
+    /// Errors: [`AdminError::Ca`] when the file is unreadable or holds no certificate; the
+    /// HTTP client could not be built.
+    pub fn with_ca(
+        address: &str,
+        token: Option<String>,
+        timeout: Duration,
+        ca: Option<&std::path::Path>,
+    ) -> Result<Self, AdminError> {
+        let mut builder = reqwest::blocking::Client::builder().timeout(timeout);
+        let scheme = match ca {
+            None => "http",
+            Some(path) => {
+                let bad = |message: String| AdminError::Ca {
+                    path: path.to_path_buf(),
+                    message,
+                };
+                let pem = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
+                let certs =
+                    reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| bad(e.to_string()))?;
+                if certs.is_empty() {
+                    return Err(bad("no PEM CERTIFICATE block".into()));
+                }
+                builder = certs.into_iter().fold(
+                    builder.use_rustls_tls().tls_built_in_root_certs(false),
+                    |b, c| b.add_root_certificate(c),
+                );
+                "https"
+            }
+        };
         Ok(AdminClient {
-            base: format!("http://{address}"),
-            client: reqwest::blocking::Client::builder()
-                .timeout(timeout)
-                .build()?,
+            base: format!("{scheme}://{address}"),
+            client: builder.build()?,
             token,
         })
     }

@@ -16,6 +16,9 @@ pub struct Endpoints {
     pub admin: String,
     /// The admin token sent with mutating admin requests, if the node has one.
     pub admin_token: Option<String>,
+    /// CA certificates (a PEM file) of an admin API served over TLS (`http.tls_ca`); None:
+    /// plain HTTP.
+    pub admin_ca: Option<std::path::PathBuf>,
     /// Dolly requests ROUTER (`dolly.md` §6).
     pub dolly: String,
     /// Controller ROUTER (§9).
@@ -30,6 +33,7 @@ impl Endpoints {
             reader: endpoint::READER.local(),
             admin: endpoint::HTTP.local(),
             admin_token: None,
+            admin_ca: None,
             dolly: endpoint::DOLLY_REQUESTS.local(),
             controller: endpoint::CONTROLLER.local(),
         }

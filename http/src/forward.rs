@@ -89,6 +89,7 @@ pub(crate) async fn to_leader(
     let mut tried = Vec::new();
     loop {
         match send(
+            node.peer_tls(),
             &leader,
             method.clone(),
             &path,
@@ -121,6 +122,7 @@ pub(crate) async fn to_leader(
 }
 
 async fn send(
+    tls: &zper_raft::tls::PeerTls,
     leader: &str,
     method: axum::http::Method,
     path: &str,
@@ -128,11 +130,9 @@ async fn send(
     auth: Option<HeaderValue>,
     me: u64,
 ) -> Result<Response, reqwest::Error> {
-    let client = reqwest::Client::builder()
-        .timeout(FORWARD_TIMEOUT)
-        .build()?;
+    let client = tls.reqwest().timeout(FORWARD_TIMEOUT).build()?;
     let mut req = client
-        .request(method, format!("http://{leader}{path}"))
+        .request(method, format!("{}{path}", tls.base_url(leader)))
         .header(FORWARDED, me.to_string())
         .header(header::CONTENT_TYPE, "application/json")
         .body(body);

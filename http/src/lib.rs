@@ -10,6 +10,7 @@ pub mod forward;
 mod kv;
 pub mod metrics;
 mod raft_rpc;
+mod tls;
 
 pub use error::ApiError;
 
@@ -145,4 +146,17 @@ pub fn serve_router(listener: tokio::net::TcpListener, app: Router) -> tokio::ta
             tracing::error!(error = %e, "http server stopped");
         }
     })
+}
+
+/// Serves `app` on a bound listener over TLS with `tls` (issue #19; see
+/// [`zper_raft::tls::server_config`]), or plain as [`serve_router`] when `tls` is None.
+pub fn serve_router_tls(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+) -> tokio::task::JoinHandle<()> {
+    match tls {
+        None => serve_router(listener, app),
+        Some(config) => tokio::spawn(tls::serve(listener, app, config)),
+    }
 }

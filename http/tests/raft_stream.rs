@@ -22,23 +22,6 @@ fn create(name: &str) -> Command {
     }
 }
 
-/// Registers the three members with a long lease, so topics can be placed.
-async fn register_all(c: &Cluster) {
-    for id in 1..=3u64 {
-        c.node(c.leader())
-            .write(Command::RegisterNode {
-                id,
-                endpoints: c.voters[&id].clone(),
-                now_ms: 1_000,
-                lease_ms: u64::MAX / 4,
-                incarnation: 0,
-            })
-            .await
-            .expect("commits")
-            .expect("registers");
-    }
-}
-
 /// Opens a connection and sends an upgrade request with `headers`; returns the connection and
 /// the answer's head.
 async fn upgrade(http: &str, headers: &str) -> (TcpStream, String) {

@@ -36,6 +36,10 @@ pub enum NodeError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The admin port's TLS files (`http.tls_cert`, `http.tls_key`, `http.tls_ca`) are
+    /// unreadable or do not fit together.
+    #[error("admin port TLS: {0}")]
+    Tls(#[from] zper_raft::tls::TlsError),
     /// The configuration contradicts itself (message names the keys).
     #[error("config: {0}")]
     Config(String),

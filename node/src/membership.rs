@@ -145,6 +145,15 @@ impl Member {
                 "not an initial voter: waiting to be added (zper cluster add-node)"
             );
         }
+        // TLS on the admin port (issue #19): the files are read here, so a bad one stops the
+        // node at start with the file named.
+        let (server_tls, peer_tls) = match (&c.tls_cert, &c.tls_key, &c.tls_ca) {
+            (Some(cert), Some(key), Some(ca)) => (
+                Some(zper_raft::tls::server_config(cert, key)?),
+                zper_raft::tls::PeerTls::trusting(ca)?,
+            ),
+            _ => (None, zper_raft::tls::PeerTls::plain()),
+        };
         let raft_config = ClusterConfig {
             id: c.node_id,
             endpoints: endpoints.clone(),
@@ -157,6 +166,7 @@ impl Member {
             election_timeout_ms: c.election_timeout_ms,
             snapshot_every: 1000,
             admin_token: c.admin_token.clone(),
+            tls: peer_tls,
         };
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -217,7 +227,7 @@ impl Member {
                 }
                 Err(e) => warn!(error = %e, "node metrics unavailable"),
             }
-            zper_http::serve_router(
+            zper_http::serve_router_tls(
                 listener,
                 zper_http::router_with(
                     node.clone(),
@@ -228,6 +238,7 @@ impl Member {
                         dolly_put_timeout: Some(config.dolly_put_timeout),
                     },
                 ),
+                server_tls,
             )
         };
         let registrar = runtime.spawn(register(

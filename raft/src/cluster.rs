@@ -49,6 +49,9 @@ pub struct ClusterConfig {
     /// RPCs, forwarded proposals); peers with an admin token set refuse mutating requests
     /// without it. `None`: no header.
     pub admin_token: Option<String>,
+    /// How peers' admin ports are reached: plain HTTP, or TLS trusting a CA
+    /// (`http.tls_ca`, issue #19).
+    pub tls: crate::tls::PeerTls,
 }
 
 impl ClusterConfig {
@@ -63,6 +66,7 @@ impl ClusterConfig {
             election_timeout_ms: 300,
             snapshot_every: 1000,
             admin_token: None,
+            tls: crate::tls::PeerTls::plain(),
         }
     }
 }
@@ -135,6 +139,8 @@ pub struct ClusterNode {
     proposer: crate::batch::Proposer,
     forwarder: crate::transport::Forwarder,
     pub(crate) http: reqwest::Client,
+    /// How peers' admin ports are reached (the scheme of `http`'s URLs).
+    pub(crate) tls: crate::tls::PeerTls,
 }
 
 /// Upper bounds of the proposal latency buckets, seconds (250 µs to ~8 s, doubling).
@@ -254,7 +260,11 @@ impl ClusterNode {
         let raft = Raft::new(
             config.id,
             Arc::new(raft_config),
-            StreamNetwork::new(config.admin_token.as_deref(), transport.clone()),
+            StreamNetwork::new(
+                config.admin_token.as_deref(),
+                config.tls.clone(),
+                transport.clone(),
+            ),
             log,
             sm.clone(),
         )
@@ -273,8 +283,11 @@ impl ClusterNode {
         let leader_changes = Arc::new(AtomicU64::new(0));
         tokio::spawn(count_leader_changes(raft.metrics(), leader_changes.clone()));
         let (proposer, queue) = crate::batch::Proposer::start();
-        let forwarder =
-            crate::transport::Forwarder::new(config.admin_token.as_deref(), transport.clone());
+        let forwarder = crate::transport::Forwarder::new(
+            config.admin_token.as_deref(),
+            config.tls.clone(),
+            transport.clone(),
+        );
         let node = ClusterNode {
             leader_changes,
             lease: Arc::default(),
@@ -285,7 +298,8 @@ impl ClusterNode {
             incarnation: new_incarnation(),
             transport,
             proposer: crate::batch::Proposer::closed(),
-            http: crate::network::http_client(config.admin_token.as_deref()),
+            http: crate::network::http_client(config.admin_token.as_deref(), &config.tls),
+            tls: config.tls.clone(),
             forwarder,
         };
         // The proposer task's own handle has a closed proposer, so the task ends once every
@@ -508,7 +522,11 @@ impl ClusterNode {
             Forwarded::Failed(why) => return Err(ClusterError::Write(why)),
             Forwarded::NotSupported => {}
         }
-        let url = format!("http://{}{}", leader.http, crate::network::PROPOSE_PATH);
+        let url = format!(
+            "{}{}",
+            self.tls.base_url(&leader.http),
+            crate::network::PROPOSE_PATH
+        );
         let resp = self
             .http
             .post(&url)
@@ -530,6 +548,11 @@ impl ClusterNode {
         let m = metrics.borrow();
         let leader = m.current_leader.filter(|&l| l != self.id)?;
         m.membership_config.membership().get_node(&leader).cloned()
+    }
+
+    /// How this node reaches peers' admin ports (plain HTTP or TLS, `http.tls_ca`).
+    pub fn peer_tls(&self) -> &crate::tls::PeerTls {
+        &self.tls
     }
 
     /// The current leader, if known.

@@ -28,6 +28,7 @@ pub mod network;
 pub mod snapshot_file;
 pub mod state_machine;
 mod stored;
+pub mod tls;
 pub mod transport;
 mod types;
 

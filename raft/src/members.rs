@@ -84,7 +84,11 @@ impl ClusterNode {
 
     /// Checks that the node at `http` answers and is node `id`.
     async fn probe(&self, id: NodeId, http: &str) -> Result<(), ClusterError> {
-        let url = format!("http://{http}{}", crate::network::RAFT_STATE_PATH);
+        let url = format!(
+            "{}{}",
+            self.tls.base_url(http),
+            crate::network::RAFT_STATE_PATH
+        );
         let unreachable = |why: String| ClusterError::Unreachable { id, why };
         let resp = self
             .http

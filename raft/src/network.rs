@@ -35,12 +35,14 @@ pub const PROPOSE_PATH: &str = "/v1/internal/propose";
 #[derive(Debug, Clone, Default)]
 pub struct HttpNetwork {
     client: reqwest::Client,
+    tls: crate::tls::PeerTls,
 }
 
 /// An HTTP client for peer requests, sending `Authorization: Bearer <token>` on each when a
 /// token is given (a token that is not a valid header value is not sent, and peers will refuse
 /// this node's mutating requests with 401).
-pub fn http_client(token: Option<&str>) -> reqwest::Client {
+/// Over TLS when `tls` says so (trusting only its CA).
+pub fn http_client(token: Option<&str>, tls: &crate::tls::PeerTls) -> reqwest::Client {
     let mut headers = reqwest::header::HeaderMap::new();
     if let Some(t) = token {
         match reqwest::header::HeaderValue::from_str(&format!("Bearer {t}")) {
@@ -51,17 +53,19 @@ pub fn http_client(token: Option<&str>) -> reqwest::Client {
             Err(e) => tracing::warn!(error = %e, "admin token is not a valid header value"),
         }
     }
-    reqwest::Client::builder()
+    tls.reqwest()
         .default_headers(headers)
         .build()
         .unwrap_or_default()
 }
 
 impl HttpNetwork {
-    /// A network whose requests carry `token` (see [`http_client`]).
-    pub fn new(token: Option<&str>) -> Self {
+    /// A network whose requests carry `token`, over TLS when `tls` says so (see
+    /// [`http_client`]).
+    pub fn new(token: Option<&str>, tls: crate::tls::PeerTls) -> Self {
         HttpNetwork {
-            client: http_client(token),
+            client: http_client(token, &tls),
+            tls,
         }
     }
 }
@@ -70,15 +74,22 @@ impl HttpNetwork {
 #[derive(Debug, Clone)]
 pub struct HttpConnection {
     client: reqwest::Client,
+    tls: crate::tls::PeerTls,
     target: NodeId,
     node: NodeEndpoints,
 }
 
 impl HttpConnection {
-    /// A connection to `target` at `node` over `client`.
-    pub fn new(client: reqwest::Client, target: NodeId, node: NodeEndpoints) -> Self {
+    /// A connection to `target` at `node` over `client` (built for `tls`).
+    pub fn new(
+        client: reqwest::Client,
+        tls: crate::tls::PeerTls,
+        target: NodeId,
+        node: NodeEndpoints,
+    ) -> Self {
         HttpConnection {
             client,
+            tls,
             target,
             node,
         }
@@ -91,6 +102,7 @@ impl RaftNetworkFactory<TypeConfig> for HttpNetwork {
     async fn new_client(&mut self, target: NodeId, node: &NodeEndpoints) -> HttpConnection {
         HttpConnection {
             client: self.client.clone(),
+            tls: self.tls.clone(),
             target,
             node: node.clone(),
         }
@@ -109,7 +121,7 @@ impl HttpConnection {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        let url = format!("http://{}{path}", self.node.http);
+        let url = format!("{}{path}", self.tls.base_url(&self.node.http));
         let sent = self
             .client
             .post(&url)

@@ -26,6 +26,47 @@ pub fn endpoints(id: NodeId, http: &str) -> NodeEndpoints {
     }
 }
 
+/// TLS on the members' admin ports: a CA and one certificate for 127.0.0.1 that every member
+/// serves (issue #19), all made here with rcgen.
+pub struct TestTls {
+    pub dir: tempfile::TempDir,
+    pub server: std::sync::Arc<rustls::ServerConfig>,
+    pub peers: zper_raft::tls::PeerTls,
+}
+
+impl TestTls {
+    pub fn new() -> TestTls {
+        let ca_key = rcgen::KeyPair::generate().expect("ca key");
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).expect("ca params");
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca.distinguished_name
+            .push(rcgen::DnType::CommonName, "zper test CA");
+        let ca_cert = ca.self_signed(&ca_key).expect("ca cert");
+        let key = rcgen::KeyPair::generate().expect("node key");
+        let params =
+            rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+                .expect("node params");
+        let cert = params
+            .signed_by(&key, &ca_cert, &ca_key)
+            .expect("node cert");
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("ca.pem"), ca_cert.pem()).expect("write");
+        std::fs::write(dir.path().join("node.pem"), cert.pem()).expect("write");
+        std::fs::write(dir.path().join("node.key"), key.serialize_pem()).expect("write");
+        let server = zper_raft::tls::server_config(
+            &dir.path().join("node.pem"),
+            &dir.path().join("node.key"),
+        )
+        .expect("server config");
+        let peers = zper_raft::tls::PeerTls::trusting(&dir.path().join("ca.pem")).expect("trust");
+        TestTls { dir, server, peers }
+    }
+
+    pub fn ca(&self) -> std::path::PathBuf {
+        self.dir.path().join("ca.pem")
+    }
+}
+
 pub async fn start_member(
     id: NodeId,
     listener: TcpListener,
@@ -33,9 +74,22 @@ pub async fn start_member(
     dir: &std::path::Path,
     token: Option<&str>,
 ) -> Member {
+    start_member_with(id, listener, voters, dir, token, None).await
+}
+
+/// As [`start_member`], its admin port over TLS when `tls` is given.
+pub async fn start_member_with(
+    id: NodeId,
+    listener: TcpListener,
+    voters: &BTreeMap<NodeId, NodeEndpoints>,
+    dir: &std::path::Path,
+    token: Option<&str>,
+    tls: Option<&TestTls>,
+) -> Member {
     let mut config = ClusterConfig::single(id, voters[&id].clone(), dir.to_owned());
     config.voters = voters.clone();
     config.admin_token = token.map(str::to_owned);
+    config.tls = tls.map(|t| t.peers.clone()).unwrap_or_default();
     let node = ClusterNode::start(&config).await.expect("raft starts");
     let app = zper_http::router_with(
         node.clone(),
@@ -44,7 +98,7 @@ pub async fn start_member(
             ..Default::default()
         },
     );
-    let server = zper_http::serve_router(listener, app);
+    let server = zper_http::serve_router_tls(listener, app, tls.map(|t| t.server.clone()));
     Member { node, server }
 }
 
@@ -56,6 +110,11 @@ impl Cluster {
 
     /// As [`Cluster::start`], every member with admin token `token`.
     pub async fn start_with_token(n: u64, token: Option<&str>) -> Cluster {
+        Self::start_with(n, token, None).await
+    }
+
+    /// As [`Cluster::start_with_token`], the admin ports over TLS when `tls` is given.
+    pub async fn start_with(n: u64, token: Option<&str>, tls: Option<&TestTls>) -> Cluster {
         let dirs: Vec<tempfile::TempDir> = (0..n)
             .map(|_| tempfile::tempdir().expect("tempdir"))
             .collect();
@@ -72,7 +131,7 @@ impl Cluster {
         let mut members = Vec::new();
         for (i, l) in listeners.into_iter().enumerate() {
             members.push(Some(
-                start_member(i as u64 + 1, l, &voters, dirs[i].path(), token).await,
+                start_member_with(i as u64 + 1, l, &voters, dirs[i].path(), token, tls).await,
             ));
         }
         let c = Cluster {
@@ -148,6 +207,23 @@ impl Cluster {
             m.server.abort();
             let _ = m.node.raft.shutdown().await;
         }
+    }
+}
+
+/// Registers the three members with a long lease, so topics can be placed.
+pub async fn register_all(c: &Cluster) {
+    for id in 1..=3u64 {
+        c.node(c.leader())
+            .write(zper_raft::metadata::Command::RegisterNode {
+                id,
+                endpoints: c.voters[&id].clone(),
+                now_ms: 1_000,
+                lease_ms: u64::MAX / 4,
+                incarnation: 0,
+            })
+            .await
+            .expect("commits")
+            .expect("registers");
     }
 }
 

@@ -271,6 +271,15 @@ pub struct ClusterSettings {
     /// forwarded proposals) need `Authorization: Bearer <token>`; every node of a cluster
     /// must have the same one.
     pub admin_token: Option<String>,
+    /// The admin port's TLS certificate chain, PEM (`http.tls_cert`, issue #19). Set with
+    /// `tls_key` and `tls_ca`: the admin API, the Raft stream and forwarded proposals then
+    /// speak TLS only.
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// Its private key, PEM (`http.tls_key`).
+    pub tls_key: Option<std::path::PathBuf>,
+    /// The CA certificates, PEM, that signed every node's certificate (`http.tls_ca`): what
+    /// this node trusts when it speaks to its peers' admin ports.
+    pub tls_ca: Option<std::path::PathBuf>,
 }
 
 impl Default for ClusterSettings {
@@ -286,6 +295,9 @@ impl Default for ClusterSettings {
             heartbeat_ms: 200,
             election_timeout_ms: 1000,
             admin_token: None,
+            tls_cert: None,
+            tls_key: None,
+            tls_ca: None,
         }
     }
 }
@@ -510,6 +522,30 @@ impl NodeConfig {
     }
 }
 
+/// The admin token held in the file `path` (`http.admin_token_file`, issue #19: a mounted
+/// Secret keeps it out of the config and the process list): its text without the line end
+/// and surrounding blanks.
+///
+/// Errors: the file cannot be read, or holds no token.
+fn read_token_file(path: &str) -> Result<String, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        bad(
+            "http.admin_token_file",
+            path,
+            format!("a readable file holding the admin token ({e})"),
+        )
+    })?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(bad(
+            "http.admin_token_file",
+            path,
+            "a file holding the admin token (this one is empty)",
+        ));
+    }
+    Ok(token.to_owned())
+}
+
 fn cluster_settings(map: &HashMap<String, String>) -> Result<ClusterSettings, ConfigError> {
     let mut c = ClusterSettings::default();
     let get = |k: &str| map.get(k).map(|v| v.trim().to_owned());
@@ -547,6 +583,46 @@ fn cluster_settings(map: &HashMap<String, String>) -> Result<ClusterSettings, Co
     }
     c.raft_dir = get("raft.dir").map(std::path::PathBuf::from);
     c.admin_token = get("http.admin_token").filter(|t| !t.is_empty());
+    if let Some(path) = get("http.admin_token_file").filter(|p| !p.is_empty()) {
+        if c.admin_token.is_some() {
+            return Err(bad(
+                "http.admin_token_file",
+                &path,
+                "either http.admin_token or http.admin_token_file, not both",
+            ));
+        }
+        c.admin_token = Some(read_token_file(&path)?);
+    }
+    let path = |k: &str| {
+        get(k)
+            .filter(|p| !p.is_empty())
+            .map(std::path::PathBuf::from)
+    };
+    (c.tls_cert, c.tls_key, c.tls_ca) = (
+        path("http.tls_cert"),
+        path("http.tls_key"),
+        path("http.tls_ca"),
+    );
+    match (&c.tls_cert, &c.tls_key, &c.tls_ca) {
+        (None, None, None) | (Some(_), Some(_), Some(_)) => {}
+        (cert, key, ca) => {
+            let set = [
+                ("http.tls_cert", cert),
+                ("http.tls_key", key),
+                ("http.tls_ca", ca),
+            ]
+            .iter()
+            .filter(|(_, v)| v.is_some())
+            .map(|(k, _)| *k)
+            .collect::<Vec<_>>()
+            .join(", ");
+            return Err(bad(
+                "http.tls_cert",
+                &set,
+                "TLS on the admin port needs all three of http.tls_cert, http.tls_key and http.tls_ca (only these are set)",
+            ));
+        }
+    }
     if let Some(t) = &c.admin_token {
         if !t.chars().all(|ch| ch.is_ascii_graphic()) {
             return Err(bad(

@@ -283,3 +283,37 @@ fn durations_take_units_and_bare_numbers_keep_their_old_unit() {
         assert!(e.to_string().contains(&format!("`{key}`")), "{text}: {e}");
     }
 }
+
+#[test]
+fn the_admin_token_can_come_from_a_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("token");
+    std::fs::write(&file, "s3cret-from-a-secret\n").expect("write");
+    let c = parse(&format!("http.admin_token_file = {}\n", file.display())).expect("parses");
+    assert_eq!(
+        c.cluster.admin_token.as_deref(),
+        Some("s3cret-from-a-secret")
+    );
+
+    // Both keys, a missing file and an empty file are refused, each naming the key.
+    let both = format!(
+        "http.admin_token = x\nhttp.admin_token_file = {}\n",
+        file.display()
+    );
+    let missing = format!(
+        "http.admin_token_file = {}\n",
+        dir.path().join("nope").display()
+    );
+    std::fs::write(dir.path().join("empty"), " \n").expect("write");
+    let empty = format!(
+        "http.admin_token_file = {}\n",
+        dir.path().join("empty").display()
+    );
+    for (text, says) in [(both, "not both"), (missing, "readable"), (empty, "empty")] {
+        let e = parse(&text).expect_err(&text).to_string();
+        assert!(
+            e.contains("`http.admin_token_file`") && e.contains(says),
+            "{e}"
+        );
+    }
+}

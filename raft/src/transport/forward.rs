@@ -13,6 +13,8 @@ use std::time::Duration;
 use tokio::io::BufStream;
 use tokio::net::TcpStream;
 
+use crate::tls::{PeerStream, PeerTls};
+
 use super::frame::{read_frame, write_frame, RpcRequest, RpcResponse};
 use super::{open_stream, Open, TransportStats};
 use crate::metadata::{Command, CommandResult};
@@ -35,18 +37,20 @@ pub(crate) enum Forwarded {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Forwarder {
     token: Option<Arc<str>>,
+    tls: PeerTls,
     stats: Arc<TransportStats>,
-    idle: Arc<Mutex<HashMap<String, Vec<BufStream<TcpStream>>>>>,
+    idle: Arc<Mutex<HashMap<String, Vec<BufStream<PeerStream>>>>>,
     /// Leaders (admin addresses) that only take forwards over HTTP.
     http_only: Arc<Mutex<HashSet<String>>>,
 }
 
 impl Forwarder {
-    /// A forwarder whose upgrade requests carry `Authorization: Bearer <token>`, counting
-    /// answered forwards into `stats`.
-    pub(crate) fn new(token: Option<&str>, stats: Arc<TransportStats>) -> Self {
+    /// A forwarder whose upgrade requests carry `Authorization: Bearer <token>`, over TLS
+    /// when `tls` says so, counting answered forwards into `stats`.
+    pub(crate) fn new(token: Option<&str>, tls: PeerTls, stats: Arc<TransportStats>) -> Self {
         Forwarder {
             token: token.map(Arc::from),
+            tls,
             stats,
             ..Forwarder::default()
         }
@@ -80,7 +84,7 @@ impl Forwarder {
             // One the leader closed meanwhile (it stopped, or restarted) is dropped here
             // rather than failing the proposal.
             while let Some(io) = kept.pop() {
-                if still_open(io.get_ref()) {
+                if still_open(io.get_ref().tcp()) {
                     return Some(io);
                 }
             }
@@ -88,7 +92,7 @@ impl Forwarder {
         });
         let mut io = match reused {
             Some(io) => io,
-            None => match open_stream(http, self.token.as_deref()).await {
+            None => match open_stream(&self.tls, http, self.token.as_deref()).await {
                 Ok(io) => io,
                 Err(Open::NotSupported) => return self.not_supported(http),
                 Err(Open::Unreachable(e)) => {

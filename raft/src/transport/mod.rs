@@ -28,10 +28,10 @@ use openraft::raft::{
     VoteRequest, VoteResponse,
 };
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufStream};
-use tokio::net::TcpStream;
 use tracing::warn;
 
 use crate::network::HttpConnection;
+use crate::tls::{PeerStream, PeerTls};
 use crate::{NodeEndpoints, NodeId, TypeConfig};
 
 mod forward;
@@ -74,17 +74,19 @@ pub const RPC_KINDS: [&str; 3] = ["append", "vote", "snapshot"];
 #[derive(Debug, Clone, Default)]
 pub struct StreamNetwork {
     token: Option<Arc<str>>,
+    tls: PeerTls,
     http: reqwest::Client,
     stats: Arc<TransportStats>,
 }
 
 impl StreamNetwork {
-    /// A network whose upgrade requests carry `Authorization: Bearer <token>`, counting into
-    /// `stats`.
-    pub fn new(token: Option<&str>, stats: Arc<TransportStats>) -> Self {
+    /// A network whose upgrade requests carry `Authorization: Bearer <token>`, over TLS when
+    /// `tls` says so, counting into `stats`.
+    pub fn new(token: Option<&str>, tls: PeerTls, stats: Arc<TransportStats>) -> Self {
         StreamNetwork {
             token: token.map(Arc::from),
-            http: crate::network::http_client(token),
+            http: crate::network::http_client(token, &tls),
+            tls,
             stats,
         }
     }
@@ -98,6 +100,7 @@ impl RaftNetworkFactory<TypeConfig> for StreamNetwork {
             target,
             node: node.clone(),
             token: self.token.clone(),
+            tls: self.tls.clone(),
             stats: self.stats.clone(),
             stream: None,
             fallback: None,
@@ -112,8 +115,9 @@ pub struct StreamConnection {
     target: NodeId,
     node: NodeEndpoints,
     token: Option<Arc<str>>,
+    tls: PeerTls,
     stats: Arc<TransportStats>,
-    stream: Option<BufStream<TcpStream>>,
+    stream: Option<BufStream<PeerStream>>,
     /// Set once the peer answered the upgrade with 404: it only speaks JSON over HTTP.
     fallback: Option<HttpConnection>,
     http: reqwest::Client,
@@ -159,11 +163,15 @@ fn status_of(line: &str) -> Option<u16> {
     words.next()?.parse().ok()
 }
 
-/// Opens an upgraded stream to the admin address `http`, with `token` in the upgrade request.
-async fn open_stream(http: &str, token: Option<&str>) -> Result<BufStream<TcpStream>, Open> {
-    let tcp = TcpStream::connect(http).await.map_err(Open::Unreachable)?;
-    let _ = tcp.set_nodelay(true);
-    let mut io = BufStream::new(tcp);
+/// Opens an upgraded stream to the admin address `http` (over TLS when `tls` says so), with
+/// `token` in the upgrade request.
+async fn open_stream(
+    tls: &PeerTls,
+    http: &str,
+    token: Option<&str>,
+) -> Result<BufStream<PeerStream>, Open> {
+    let peer = tls.connect(http).await.map_err(Open::Unreachable)?;
+    let mut io = BufStream::new(peer);
     io.write_all(upgrade_request(http, token).as_bytes())
         .await
         .map_err(Open::Unreachable)?;
@@ -200,8 +208,8 @@ async fn open_stream(http: &str, token: Option<&str>) -> Result<BufStream<TcpStr
 }
 
 impl StreamConnection {
-    async fn open(&self) -> Result<BufStream<TcpStream>, Open> {
-        let io = open_stream(&self.node.http, self.token.as_deref()).await?;
+    async fn open(&self) -> Result<BufStream<PeerStream>, Open> {
+        let io = open_stream(&self.tls, &self.node.http, self.token.as_deref()).await?;
         self.stats.connects.fetch_add(1, Ordering::Relaxed);
         Ok(io)
     }
@@ -287,12 +295,13 @@ impl StreamConnection {
 
     fn fallback(&mut self) -> &mut HttpConnection {
         let (target, node, http) = (self.target, self.node.clone(), self.http.clone());
+        let tls = self.tls.clone();
         self.fallback.get_or_insert_with(|| {
             warn!(
                 peer = target,
                 "peer does not speak {PROTOCOL}; using JSON over HTTP"
             );
-            HttpConnection::new(http, target, node)
+            HttpConnection::new(http, tls, target, node)
         })
     }
 }

@@ -1,0 +1,165 @@
+//! Issue #19: TLS on the admin port. Three members whose admin ports speak only TLS elect a
+//! leader over the Raft stream, forward a follower's proposals and leader-only admin requests
+//! to the leader, and answer an HTTPS client that trusts their CA; a plain-HTTP client and a
+//! client trusting another CA get nothing, and the members keep serving.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use zper_raft::metadata::{Command, FragmentPolicy};
+
+fn create(name: &str) -> Command {
+    Command::CreateTopic {
+        name: name.into(),
+        fragments: Some(1),
+        replication_factor: Some(1),
+        retain_hours: None,
+        policy: FragmentPolicy::Default,
+        now_ms: 1_000,
+    }
+}
+
+/// An HTTPS client trusting only the CA in `ca` (PEM).
+fn https_client(ca: &[u8]) -> reqwest::Client {
+    let certs = reqwest::Certificate::from_pem_bundle(ca).expect("pem");
+    certs
+        .into_iter()
+        .fold(
+            reqwest::Client::builder()
+                .use_rustls_tls()
+                .tls_built_in_root_certs(false),
+            |b, c| b.add_root_certificate(c),
+        )
+        .timeout(std::time::Duration::from_secs(10))
+        .build()
+        .expect("client")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_whose_admin_ports_speak_tls_elects_forwards_and_serves_only_tls_clients() {
+    let tls = TestTls::new();
+    // A leader and agreement on it: Raft's vote and append RPCs went over the TLS stream.
+    let c = Cluster::start_with(3, Some("s3cret"), Some(&tls)).await;
+    let follower = c.follower();
+    register_all(&c).await;
+
+    // A follower's proposal reaches the leader over the TLS forward stream.
+    c.node(follower)
+        .propose(create("secured"))
+        .await
+        .expect("commits")
+        .expect("creates");
+    assert!(eventually(|| c.converged()).await, "members converge");
+    let forwarded = c
+        .node(follower)
+        .transport
+        .forwarded
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(forwarded >= 1, "forwarded over the stream: {forwarded}");
+
+    // An HTTPS client trusting the CA: a consistent read on the follower is answered by the
+    // leader (the follower forwards it over TLS).
+    let addr = &c.voters[&follower].http;
+    let ca = std::fs::read(tls.ca()).expect("ca");
+    let resp = https_client(&ca)
+        .get(format!("https://{addr}/v1/topics?consistent=true"))
+        .send()
+        .await
+        .expect("https answers");
+    assert_eq!(resp.status().as_u16(), 200);
+    let v: Value = resp.json().await.expect("json");
+    assert_eq!(v[0]["name"], "secured", "{v}");
+
+    // Plain HTTP gets no answer (the server expects a TLS handshake)...
+    let plain = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(5))
+        .build()
+        .expect("client")
+        .get(format!("http://{addr}/v1/raft"))
+        .send()
+        .await;
+    assert!(plain.is_err(), "plain HTTP was answered: {plain:?}");
+    // ...and a client that trusts another CA refuses the node's certificate.
+    let other = TestTls::new();
+    let untrusted = https_client(&std::fs::read(other.ca()).expect("ca"))
+        .get(format!("https://{addr}/v1/raft"))
+        .send()
+        .await;
+    assert!(untrusted.is_err(), "an untrusted certificate was accepted");
+
+    // The members still serve: another proposal commits after the bad clients.
+    c.node(follower)
+        .propose(create("after"))
+        .await
+        .expect("commits")
+        .expect("creates");
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_speaks_plain_http_cannot_join_a_tls_cluster_as_a_peer() {
+    // Two members with TLS and one without (its admin port and its peer connections are
+    // plain): no stream opens between it and the others, while the two TLS members elect a
+    // leader between them and commit.
+    let tls = TestTls::new();
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().expect("tmp")).collect();
+    let mut listeners = Vec::new();
+    let mut voters = std::collections::BTreeMap::new();
+    for id in 1..=3u64 {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        voters.insert(
+            id,
+            endpoints(id, &l.local_addr().expect("addr").to_string()),
+        );
+        listeners.push(l);
+    }
+    let mut members = Vec::new();
+    for (i, l) in listeners.into_iter().enumerate() {
+        let id = i as u64 + 1;
+        let secured = (id != 3).then_some(&tls);
+        members.push(start_member_with(id, l, &voters, dirs[i].path(), None, secured).await);
+    }
+    let leader = members[0]
+        .node
+        .wait_for_leader(std::time::Duration::from_secs(20))
+        .await
+        .expect("the TLS members elect a leader");
+    assert_ne!(
+        leader, 3,
+        "the plain member cannot win votes it cannot ask for"
+    );
+    for id in 1..=2u64 {
+        members[leader as usize - 1]
+            .node
+            .write(Command::RegisterNode {
+                id,
+                endpoints: voters[&id].clone(),
+                now_ms: 1_000,
+                lease_ms: u64::MAX / 4,
+                incarnation: 0,
+            })
+            .await
+            .expect("commits")
+            .expect("registers");
+    }
+    members[leader as usize - 1]
+        .node
+        .write(create("twoofthree"))
+        .await
+        .expect("commits on the two TLS members")
+        .expect("creates");
+    // The plain member's own stream upgrades to its TLS peers all failed.
+    let connects = members[2]
+        .node
+        .transport
+        .connects
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(connects, 0, "a plain member opened a stream to a TLS peer");
+    for m in members {
+        m.server.abort();
+        let _ = m.node.raft.shutdown().await;
+    }
+}
