@@ -13,11 +13,18 @@ use tracing::{debug, warn};
 
 /// Longest a TLS handshake may take before its connection is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections served at once, at most; past it the accept loop waits for one to end (further
+/// clients wait in the kernel's backlog), so clients cannot grow the node's memory unbounded.
+pub(crate) const MAX_CONNECTIONS: usize = 1024;
 
 /// Accepts and serves connections until the task is aborted.
 pub(crate) async fn serve(listener: TcpListener, app: Router, config: Arc<rustls::ServerConfig>) {
     let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
         let (tcp, peer) = match listener.accept().await {
             Ok(c) => c,
             Err(e) => {
@@ -30,6 +37,7 @@ pub(crate) async fn serve(listener: TcpListener, app: Router, config: Arc<rustls
         let _ = tcp.set_nodelay(true);
         let (acceptor, app) = (acceptor.clone(), app.clone());
         tokio::spawn(async move {
+            let _slot = slot;
             let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                 Ok(Ok(tls)) => tls,
                 Ok(Err(e)) => {

@@ -88,6 +88,20 @@ async fn a_cluster_whose_admin_ports_speak_tls_elects_forwards_and_serves_only_t
         .await;
     assert!(untrusted.is_err(), "an untrusted certificate was accepted");
 
+    // Clients that connect and never start their handshake hold only their own connections:
+    // a trusting client is still answered while 50 of them wait.
+    let mut silent = Vec::new();
+    for _ in 0..50 {
+        silent.push(tokio::net::TcpStream::connect(addr).await.expect("connect"));
+    }
+    let resp = https_client(&ca)
+        .get(format!("https://{addr}/v1/raft"))
+        .send()
+        .await
+        .expect("answered beside silent connections");
+    assert_eq!(resp.status().as_u16(), 200);
+    drop(silent);
+
     // The members still serve: another proposal commits after the bad clients.
     c.node(follower)
         .propose(create("after"))
