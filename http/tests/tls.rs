@@ -118,18 +118,7 @@ async fn a_member_that_speaks_plain_http_cannot_join_a_tls_cluster_as_a_peer() {
     // leader between them and commit.
     let tls = TestTls::new();
     let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().expect("tmp")).collect();
-    let mut listeners = Vec::new();
-    let mut voters = std::collections::BTreeMap::new();
-    for id in 1..=3u64 {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        voters.insert(
-            id,
-            endpoints(id, &l.local_addr().expect("addr").to_string()),
-        );
-        listeners.push(l);
-    }
+    let (listeners, voters) = bind_voters(3).await;
     let mut members = Vec::new();
     for (i, l) in listeners.into_iter().enumerate() {
         let id = i as u64 + 1;
@@ -146,18 +135,7 @@ async fn a_member_that_speaks_plain_http_cannot_join_a_tls_cluster_as_a_peer() {
         "the plain member cannot win votes it cannot ask for"
     );
     for id in 1..=2u64 {
-        members[leader as usize - 1]
-            .node
-            .write(Command::RegisterNode {
-                id,
-                endpoints: voters[&id].clone(),
-                now_ms: 1_000,
-                lease_ms: u64::MAX / 4,
-                incarnation: 0,
-            })
-            .await
-            .expect("commits")
-            .expect("registers");
+        register(&members[leader as usize - 1].node, id, &voters[&id]).await;
     }
     members[leader as usize - 1]
         .node

@@ -118,16 +118,7 @@ impl Cluster {
         let dirs: Vec<tempfile::TempDir> = (0..n)
             .map(|_| tempfile::tempdir().expect("tempdir"))
             .collect();
-        let mut listeners = Vec::new();
-        let mut voters = BTreeMap::new();
-        for id in 1..=n {
-            let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-            voters.insert(
-                id,
-                endpoints(id, &l.local_addr().expect("addr").to_string()),
-            );
-            listeners.push(l);
-        }
+        let (listeners, voters) = bind_voters(n).await;
         let mut members = Vec::new();
         for (i, l) in listeners.into_iter().enumerate() {
             members.push(Some(
@@ -213,18 +204,38 @@ impl Cluster {
 /// Registers the three members with a long lease, so topics can be placed.
 pub async fn register_all(c: &Cluster) {
     for id in 1..=3u64 {
-        c.node(c.leader())
-            .write(zper_raft::metadata::Command::RegisterNode {
-                id,
-                endpoints: c.voters[&id].clone(),
-                now_ms: 1_000,
-                lease_ms: u64::MAX / 4,
-                incarnation: 0,
-            })
-            .await
-            .expect("commits")
-            .expect("registers");
+        register(&c.node(c.leader()), id, &c.voters[&id]).await;
     }
+}
+
+/// Registers member `id` at `endpoints` with a long lease through `leader`.
+pub async fn register(leader: &ClusterNode, id: NodeId, endpoints: &NodeEndpoints) {
+    leader
+        .write(zper_raft::metadata::Command::RegisterNode {
+            id,
+            endpoints: endpoints.clone(),
+            now_ms: 1_000,
+            lease_ms: u64::MAX / 4,
+            incarnation: 0,
+        })
+        .await
+        .expect("commits")
+        .expect("registers");
+}
+
+/// Binds `n` admin listeners on 127.0.0.1 and names voters 1..=n at their addresses.
+pub async fn bind_voters(n: u64) -> (Vec<TcpListener>, BTreeMap<NodeId, NodeEndpoints>) {
+    let mut listeners = Vec::new();
+    let mut voters = BTreeMap::new();
+    for id in 1..=n {
+        let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        voters.insert(
+            id,
+            endpoints(id, &l.local_addr().expect("addr").to_string()),
+        );
+        listeners.push(l);
+    }
+    (listeners, voters)
 }
 
 pub async fn eventually<F: Fn() -> bool>(f: F) -> bool {
