@@ -252,3 +252,43 @@ async fn a_propose_frame_is_written_by_the_leader_only() {
     assert!(!has_topic(&c, "p3"));
     c.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_refuses_our_token_is_retried_with_backoff_not_at_once() {
+    // Member 3 has another admin token: the leader's stream upgrades to it are refused (401).
+    // Before, each refusal was a NetworkError, which openraft retries at once: a new
+    // connection every few ms (an attack found ~320 a second, each a TLS handshake with TLS
+    // on). Now it is Unreachable, which openraft backs off from.
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().expect("tmp")).collect();
+    let (listeners, voters) = bind_voters(3).await;
+    let mut members = Vec::new();
+    for (i, l) in listeners.into_iter().enumerate() {
+        let token = if i == 2 { "other" } else { "s3cret" };
+        members.push(start_member(i as u64 + 1, l, &voters, dirs[i].path(), Some(token)).await);
+    }
+    let leader = members[0]
+        .node
+        .wait_for_leader(std::time::Duration::from_secs(20))
+        .await
+        .expect("members 1 and 2 elect a leader");
+    assert_ne!(leader, 3);
+    let node = members[leader as usize - 1].node.clone();
+    let failures = || {
+        node.transport
+            .failures
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    // Let the first refusals happen, then count two seconds' worth.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let before = failures();
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let refused = failures() - before;
+    assert!(
+        refused < 100,
+        "{refused} refused connections to member 3 in 2 s: no backoff"
+    );
+    for m in members {
+        m.server.abort();
+        let _ = m.node.raft.shutdown().await;
+    }
+}

@@ -243,7 +243,12 @@ impl StreamConnection {
                 Ok(Err(Open::Failed(why))) => {
                     guard.done = true;
                     self.stats.failures.fetch_add(1, Ordering::Relaxed);
-                    return Err(network_error(why));
+                    // A refused upgrade (401: another admin token) will be refused again:
+                    // Unreachable makes openraft back off instead of retrying at once (a
+                    // retry every few ms, each a new connection and TLS handshake).
+                    return Err(RPCError::Unreachable(Unreachable::new(
+                        &std::io::Error::other(why),
+                    )));
                 }
                 Err(_) => {
                     guard.done = true;
