@@ -125,11 +125,11 @@ fn a_node_with_half_a_tls_config_or_a_bad_key_file_stops_at_start_naming_it() {
             "http.tls_key",
         ),
         (
-            // The CA's certificate with the node's key: they do not fit.
+            // The CA's certificate with the node's key: they do not fit (both files named).
             format!(
                 "http.tls_cert = {d}/ca.pem\nhttp.tls_key = {d}/node.key\nhttp.tls_ca = {d}/ca.pem\n"
             ),
-            "TLS",
+            "node.key",
         ),
         (
             format!(

@@ -65,7 +65,7 @@ fn certificates(what: &'static str, path: &Path) -> Result<Vec<CertificateDer<'s
 /// key does not fit the certificate.
 pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     let chain = certificates("certificate", cert)?;
-    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| TlsError::File {
+    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| TlsError::File {
         what: "private key",
         path: key.to_path_buf(),
         message: e.to_string(),
@@ -73,7 +73,12 @@ pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig
     let mut config = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()?
         .with_no_client_auth()
-        .with_single_cert(chain, key)?;
+        .with_single_cert(chain, key_der)
+        .map_err(|e| TlsError::File {
+            what: "certificate",
+            path: cert.to_path_buf(),
+            message: format!("does not fit the private key {}: {e}", key.display()),
+        })?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }

@@ -606,18 +606,21 @@ fn cluster_settings(map: &HashMap<String, String>) -> Result<ClusterSettings, Co
     match (&c.tls_cert, &c.tls_key, &c.tls_ca) {
         (None, None, None) | (Some(_), Some(_), Some(_)) => {}
         (cert, key, ca) => {
-            let set = [
+            let keys = [
                 ("http.tls_cert", cert),
                 ("http.tls_key", key),
                 ("http.tls_ca", ca),
-            ]
-            .iter()
-            .filter(|(_, v)| v.is_some())
-            .map(|(k, _)| *k)
-            .collect::<Vec<_>>()
-            .join(", ");
+            ];
+            let named = |set: bool| {
+                keys.iter()
+                    .filter(|(_, v)| v.is_some() == set)
+                    .map(|(k, _)| *k)
+                    .collect::<Vec<_>>()
+            };
+            let (set, missing) = (named(true).join(", "), named(false));
+            // The error names the first key missing (the value: the keys that are set).
             return Err(bad(
-                "http.tls_cert",
+                missing.first().copied().unwrap_or("http.tls_cert"),
                 &set,
                 "TLS on the admin port needs all three of http.tls_cert, http.tls_key and http.tls_ca (only these are set)",
             ));
