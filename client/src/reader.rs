@@ -14,6 +14,9 @@ pub struct ReaderClient {
     timeout_ms: u64,
 }
 
+/// How many times [`ReaderClient::offset`] asks again after a `[0xFF]` answer.
+pub const OFFSET_RETRIES: u32 = 5;
+
 impl ReaderClient {
     /// Connects (lazily, as zmq does) to `endpoint` for fragment 0 of `topic` (what an
     /// unchanged ZPER client reads); replies wait `timeout`.
@@ -81,19 +84,33 @@ impl ReaderClient {
         })
     }
 
-    /// OFFSET `Earliest` (the log's start) or `Latest` (the readable end).
+    /// OFFSET `Earliest` (the log's start) or `Latest` (the readable end). A `[0xFF]` answer
+    /// (what a node gives when it is overloaded, or when the fragment leader it asked for us
+    /// did not answer in time) is retried up to [`OFFSET_RETRIES`] times, 200 ms apart.
     ///
-    /// Errors: as [`ReaderClient::request`]; any status reply, as `Malformed` naming it.
+    /// Errors: as [`ReaderClient::request`]; any other status reply, or `[0xFF]` every time,
+    /// as `Malformed` naming it.
     pub fn offset(&self, timestamp: Timestamp) -> Result<u64, ClientError> {
-        match self.request(&ReaderRequest::Offset {
-            timestamp,
-            max_entries: None,
-        })? {
-            ReaderReply::Offsets(o) if !o.is_empty() => Ok(o[o.len() - 1]),
-            other => Err(ClientError::Malformed {
-                endpoint: self.endpoint.clone(),
-                detail: format!("OFFSET failed: {other:?}"),
-            }),
+        let mut attempt = 0;
+        loop {
+            match self.request(&ReaderRequest::Offset {
+                timestamp,
+                max_entries: None,
+            })? {
+                ReaderReply::Offsets(o) if !o.is_empty() => return Ok(o[o.len() - 1]),
+                ReaderReply::Status(zper_wire::Status::InternalError)
+                    if attempt < OFFSET_RETRIES =>
+                {
+                    attempt += 1;
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                other => {
+                    return Err(ClientError::Malformed {
+                        endpoint: self.endpoint.clone(),
+                        detail: format!("OFFSET failed: {other:?}"),
+                    })
+                }
+            }
         }
     }
 
@@ -210,5 +227,42 @@ mod tests {
             let id = zper_wire::Identity::parse(&frames[0]).expect("a ZPER identity");
             assert_eq!((id.topic.as_str(), id.mode), ("orders", fragment));
         }
+    }
+
+    #[test]
+    fn an_offset_answered_0xff_is_asked_again_and_a_lasting_0xff_is_an_error() {
+        let ctx = zmq::Context::new();
+        let router = ctx.socket(zmq::ROUTER).expect("router");
+        router.bind("inproc://reader-retry").expect("bind");
+        let client = ReaderClient::connect(
+            &ctx,
+            "inproc://reader-retry",
+            "orders",
+            Duration::from_secs(5),
+        )
+        .expect("connects");
+        // The node answers [0xFF] twice, then the offsets.
+        let node = std::thread::spawn(move || {
+            for n in 0..(3 + OFFSET_RETRIES + 1) {
+                let frames = router.recv_multipart(0).expect("request");
+                let reply = if n == 2 {
+                    ReaderReply::Offsets(vec![0, 42])
+                } else {
+                    ReaderReply::Status(zper_wire::Status::InternalError)
+                };
+                let mut out = vec![frames[0].clone()];
+                out.extend(reply.into_frames());
+                router.send_multipart(out, 0).expect("reply");
+            }
+        });
+        assert_eq!(client.offset(Timestamp::Latest).expect("offsets"), 42);
+        // From then on only [0xFF]: given up after OFFSET_RETRIES more asks.
+        match client.offset(Timestamp::Latest) {
+            Err(ClientError::Malformed { detail, .. }) => {
+                assert!(detail.contains("InternalError"), "{detail}")
+            }
+            other => panic!("expected an error, got {other:?}"),
+        }
+        node.join().expect("node");
     }
 }
