@@ -92,8 +92,8 @@ pub struct PeerTls {
 
 struct Trust {
     connector: tokio_rustls::TlsConnector,
-    /// The CA file's text, for reqwest's own TLS set-up.
-    ca_pem: Vec<u8>,
+    /// The same CA certificates, for reqwest's own TLS set-up.
+    ca: Vec<reqwest::Certificate>,
 }
 
 impl std::fmt::Debug for PeerTls {
@@ -121,11 +121,13 @@ impl PeerTls {
         for c in certificates("CA certificates", ca)? {
             roots.add(c).map_err(TlsError::Config)?;
         }
-        let ca_pem = std::fs::read(ca).map_err(|e| TlsError::File {
+        let file = |message: String| TlsError::File {
             what: "CA certificates",
             path: ca.to_path_buf(),
-            message: e.to_string(),
-        })?;
+            message,
+        };
+        let pem = std::fs::read(ca).map_err(|e| file(e.to_string()))?;
+        let ca = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| file(e.to_string()))?;
         let mut config = rustls::ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()?
             .with_root_certificates(roots)
@@ -134,7 +136,7 @@ impl PeerTls {
         Ok(PeerTls {
             inner: Some(Arc::new(Trust {
                 connector: tokio_rustls::TlsConnector::from(Arc::new(config)),
-                ca_pem,
+                ca,
             })),
         })
     }
@@ -163,14 +165,10 @@ impl PeerTls {
         let builder = reqwest::Client::builder();
         match &self.inner {
             None => builder,
-            Some(t) => match reqwest::Certificate::from_pem_bundle(&t.ca_pem) {
-                Ok(certs) => certs.into_iter().fold(
-                    builder.use_rustls_tls().tls_built_in_root_certs(false),
-                    |b, c| b.add_root_certificate(c),
-                ),
-                // Already parsed by `trusting`; never trust the system's roots instead.
-                Err(_) => builder.use_rustls_tls().tls_built_in_root_certs(false),
-            },
+            Some(t) => t.ca.iter().fold(
+                builder.use_rustls_tls().tls_built_in_root_certs(false),
+                |b, c| b.add_root_certificate(c.clone()),
+            ),
         }
     }
 
