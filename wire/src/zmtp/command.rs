@@ -145,13 +145,19 @@ impl<'a> Command<'a> {
 pub fn encode_ready(properties: &[(&str, &[u8])], out: &mut Vec<u8>) {
     let mut body = vec![5];
     body.extend_from_slice(b"READY");
-    for (name, value) in properties {
-        body.push(name.len() as u8);
-        body.extend_from_slice(name.as_bytes());
-        body.extend_from_slice(&(value.len() as u32).to_be_bytes());
-        body.extend_from_slice(value);
-    }
+    encode_properties(properties, &mut body);
     encode_frame(false, true, &body, out);
+}
+
+/// Appends a property list (RFC 23 §"The READY command": name length, name, 4-byte big-endian
+/// value length, value) to `out`, as READY and CURVE's INITIATE and READY boxes carry it.
+pub fn encode_properties(properties: &[(&str, &[u8])], out: &mut Vec<u8>) {
+    for (name, value) in properties {
+        out.push(name.len() as u8);
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(&(value.len() as u32).to_be_bytes());
+        out.extend_from_slice(value);
+    }
 }
 
 /// Appends an ERROR command frame to `out`; the reason is cut to 255 bytes.

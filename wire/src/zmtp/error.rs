@@ -51,6 +51,12 @@ pub enum HandshakeError {
     /// The peer sent ERROR.
     #[error("the peer refused the handshake: {0}")]
     PeerError(String),
+    /// A ZMTP/2.0 peer (it has no security mechanism) on an endpoint that requires CURVE.
+    #[error("ZMTP/2.0 peers cannot connect: this endpoint requires CURVE (RFC 26)")]
+    SecurityRequired,
+    /// The CURVE handshake failed (issue #19).
+    #[error(transparent)]
+    Curve(#[from] super::curve::CurveError),
     /// A command the mechanism does not expect now.
     #[error("unexpected command {0} during the handshake")]
     UnexpectedCommand(String),

@@ -182,7 +182,9 @@ impl<M: Mechanism> Handshake<M> {
                 // libzmq 4 PUSH never sends over ZMTP/3 (its READY has no Identity).
                 let mut padding = [0u8; 8];
                 padding.copy_from_slice(&signature[1..9]);
-                let zmtp2 = u64::from_be_bytes(padding) > 1;
+                // ZMTP/2.0 has no security mechanism: an endpoint that requires one (CURVE)
+                // always answers 3, and refuses a peer that answers less.
+                let zmtp2 = u64::from_be_bytes(padding) > 1 && self.mechanism.name() == b"NULL";
                 out.push(if zmtp2 { 1 } else { 3 });
                 self.state = State::Version { zmtp2 };
                 Ok(Some((SIGNATURE.len(), None)))
@@ -192,6 +194,9 @@ impl<M: Mechanism> Handshake<M> {
                     return Ok(None);
                 };
                 match version {
+                    v if v < 3 && self.mechanism.name() != b"NULL" => {
+                        return Err(HandshakeError::SecurityRequired)
+                    }
                     v if v == 1 || (zmtp2 && v >= 3) => {
                         out.extend_from_slice(&[self.ours.code(), 0x00, 0x00]);
                         self.state = State::V2SocketType;
@@ -295,6 +300,11 @@ impl<M: Mechanism> Handshake<M> {
             // Called again after Done: nothing more to do with the bytes.
             State::Done => Ok(None),
         }
+    }
+
+    /// The mechanism, once the handshake is done (CURVE's session keys are in it).
+    pub fn into_mechanism(self) -> M {
+        self.mechanism
     }
 
     fn check(&self, socket_type: SocketType) -> Result<(), HandshakeError> {

@@ -77,3 +77,61 @@ impl Mechanism for Null {
         }
     }
 }
+
+/// The mechanism of a server endpoint: NULL, or CURVE when the endpoint requires it (issue
+/// #19).
+#[derive(Debug)]
+pub enum Security {
+    /// No security (the default; what ZPER's clients speak).
+    Null(Null),
+    /// CurveZMQ (RFC 26).
+    Curve(Box<super::curve::CurveServer>),
+}
+
+impl Security {
+    /// The CURVE session of a finished handshake, with the client's permanent key; `None` for
+    /// NULL.
+    pub fn into_curve(self) -> Option<(super::curve::CurveSession, [u8; 32])> {
+        match self {
+            Security::Null(_) => None,
+            Security::Curve(server) => {
+                let key = server.client_key()?;
+                Some((server.into_session()?, key))
+            }
+        }
+    }
+}
+
+impl Mechanism for Security {
+    fn name(&self) -> &'static [u8] {
+        match self {
+            Security::Null(m) => m.name(),
+            Security::Curve(m) => m.name(),
+        }
+    }
+
+    fn as_server(&self) -> bool {
+        match self {
+            Security::Null(m) => m.as_server(),
+            Security::Curve(m) => m.as_server(),
+        }
+    }
+
+    fn start(&mut self, metadata: &[(&str, &[u8])], out: &mut Vec<u8>) {
+        match self {
+            Security::Null(m) => m.start(metadata, out),
+            Security::Curve(m) => m.start(metadata, out),
+        }
+    }
+
+    fn receive(
+        &mut self,
+        command: &Command<'_>,
+        out: &mut Vec<u8>,
+    ) -> Result<MechanismStep, HandshakeError> {
+        match self {
+            Security::Null(m) => m.receive(command, out),
+            Security::Curve(m) => m.receive(command, out),
+        }
+    }
+}

@@ -1,5 +1,5 @@
 //! ZMTP as a pure codec (issue #17): the greeting and handshake of ZMTP/2.0 (RFC 15) and
-//! ZMTP/3.0/3.1 with the NULL mechanism (RFC 23, RFC 37), data and command frames, and the
+//! ZMTP/3.0/3.1 with the NULL mechanism (RFC 23, RFC 37) or CURVE (RFC 26, module [`curve`]), data and command frames, and the
 //! commands a server meets (READY, ERROR, PING, PONG). zper's own engine on the data endpoints
 //! drives these with a TCP socket; nothing here does I/O.
 //!
@@ -13,6 +13,7 @@
 //! limit.
 
 pub mod command;
+pub mod curve;
 pub mod error;
 pub mod frame;
 pub mod handshake;
@@ -25,7 +26,7 @@ pub use error::HandshakeError;
 pub use frame::{FrameError, FrameHeader, FLAG_COMMAND};
 pub use handshake::{Handshake, Peer, Progress, Version};
 pub use inbound::{Dropped, Event, Inbound, InboundError, Limits};
-pub use mechanism::{Mechanism, MechanismStep, Null};
+pub use mechanism::{Mechanism, MechanismStep, Null, Security};
 pub use socket_type::SocketType;
 
 /// `input` cut at `cuts` (clamped, in any order) into consecutive pieces that cover it, as
