@@ -2,7 +2,7 @@
 # registry. Without a registry use scripts/docker-image.sh, which builds the same image
 # (`zper:local`) from the host-built binary on an empty base.
 FROM rust:1-bookworm AS build
-RUN apt-get update && apt-get install -y --no-install-recommends libclang-dev g++ \
+RUN apt-get update && apt-get install -y --no-install-recommends libclang-dev g++ libsodium-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .

@@ -20,6 +20,24 @@ pub struct Cli {
     /// (subscribe prints text).
     #[arg(long, global = true)]
     pub json: bool,
+    /// The node's CURVE public key (40 Z85 characters, or its NAME.key file) when its writer and
+    /// reader require CURVE (`curve.secret_key_file`); with --curve-secret-key-file.
+    #[arg(
+        long,
+        global = true,
+        env = "ZPER_CURVE_SERVER_KEY",
+        value_name = "KEY|FILE"
+    )]
+    pub curve_server_key: Option<String>,
+    /// This client's CURVE key pair (`zper keygen NAME` writes NAME.key_secret); its public
+    /// key must be among the node's `curve.clients`.
+    #[arg(
+        long,
+        global = true,
+        env = "ZPER_CURVE_SECRET_KEY_FILE",
+        value_name = "FILE"
+    )]
+    pub curve_secret_key_file: Option<PathBuf>,
     /// What to do (default: run a node).
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -72,6 +90,8 @@ pub enum Command {
         #[command(subcommand)]
         command: config::ConfigCommand,
     },
+    /// Make a CURVE key pair: NAME.key (public) and NAME.key_secret (secret), czmq's format.
+    Keygen(crate::keygen::KeygenArgs),
     /// Print a shell completion script: `zper completions bash > /etc/bash_completion.d/zper`,
     /// `zper completions zsh > ~/.zfunc/_zper`, `zper completions fish >
     /// ~/.config/fish/completions/zper.fish`.

@@ -167,7 +167,14 @@ pub fn run(args: ConsumeArgs, targets: &Endpoints) -> Result<()> {
     let timeout = args.timeout;
     let mut cursors = Vec::with_capacity(fragments.len());
     for fragment in fragments {
-        let client = ReaderClient::connect_fragment(&ctx, &reader, &args.topic, fragment, timeout)?;
+        let client = ReaderClient::connect_with(
+            &ctx,
+            &reader,
+            &args.topic,
+            fragment,
+            timeout,
+            targets.curve.as_ref(),
+        )?;
         let offset = match from {
             From::Offset(n) if several => bail!(
                 "--from {n}: a byte offset is a position in one fragment, and topic {:?} has \

@@ -9,6 +9,7 @@ mod config;
 mod consume;
 mod dolly;
 mod duration;
+mod keygen;
 mod output;
 mod payload;
 mod perf;
@@ -45,6 +46,15 @@ fn main() {
     let cli = Cli::parse();
     output::set_json(cli.json);
     let config = cli.config.as_deref();
+    let curve = (
+        cli.curve_server_key.clone(),
+        cli.curve_secret_key_file.clone(),
+    );
+    let targets = |config| -> anyhow::Result<zper_client::Endpoints> {
+        let mut t = targets(config)?;
+        t.curve = client_curve(curve.0.as_deref(), curve.1.as_deref())?;
+        Ok(t)
+    };
     let result = match cli.command {
         None => run::run(config, &run::RunArgs::default()),
         Some(Command::Run(args)) => run::run(config, &args),
@@ -62,6 +72,7 @@ fn main() {
             targets(config).and_then(|t| cluster::run(command, &target, &t))
         }
         Some(Command::Config { command }) => config::run(command, config),
+        Some(Command::Keygen(args)) => keygen::run(&args),
         Some(Command::Completions { shell }) => {
             use clap::CommandFactory;
             clap_complete::generate(shell, &mut Cli::command(), "zper", &mut std::io::stdout());
@@ -97,4 +108,23 @@ fn error_chain(e: &anyhow::Error) -> String {
         out.push_str(&text);
     }
     out
+}
+
+/// The CURVE keys of `--curve-server-key` and `--curve-secret-key-file` (both or neither).
+///
+/// Errors: only one of the two given, or a key that cannot be read.
+fn client_curve(
+    server_key: Option<&str>,
+    secret_key_file: Option<&std::path::Path>,
+) -> anyhow::Result<Option<zper_client::ClientCurve>> {
+    match (server_key, secret_key_file) {
+        (None, None) => Ok(None),
+        (Some(server), Some(file)) => Ok(Some(zper_client::ClientCurve::load(server, file)?)),
+        (Some(_), None) => anyhow::bail!(
+            "--curve-server-key needs --curve-secret-key-file too (this client's key pair; `zper keygen NAME` makes one)"
+        ),
+        (None, Some(_)) => anyhow::bail!(
+            "--curve-secret-key-file needs --curve-server-key too (the node's public key, or its NAME.key file)"
+        ),
+    }
 }

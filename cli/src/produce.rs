@@ -68,8 +68,9 @@ pub fn run(args: ProduceArgs, targets: &Endpoints) -> Result<()> {
         return idempotent(&args, &ctx, targets, &payloads);
     }
     let ep = endpoint(args.writer.as_deref().unwrap_or(&targets.writer));
-    let opts =
-        ProducerOptions::new(&args.topic, AckMode::from_byte(args.mode)).timeout(args.timeout);
+    let opts = ProducerOptions::new(&args.topic, AckMode::from_byte(args.mode))
+        .timeout(args.timeout)
+        .curve(targets.curve.clone());
     let producer = PlainProducer::connect(&ctx, &[ep], &opts)?;
     for (i, payload) in payloads.iter().enumerate() {
         let id = i.to_string();
@@ -109,6 +110,7 @@ fn idempotent(
     let endpoints: Vec<String> = writers.split(',').map(endpoint).collect();
     let mut opts = IdempotentOptions::new(&args.topic, AckMode::from_byte(args.mode));
     opts.deadline = args.timeout;
+    opts.curve = targets.curve.clone();
     let mut producer = IdempotentProducer::connect(ctx, &endpoints, opts)?;
     for (i, payload) in payloads.iter().enumerate() {
         producer

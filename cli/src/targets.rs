@@ -25,5 +25,6 @@ pub fn targets(config: Option<&std::path::Path>) -> Result<Endpoints> {
         admin_ca: c.cluster.tls_ca.clone(),
         dolly: connectable(&c.dolly_requests_bind),
         controller: connectable(&c.controller_bind),
+        curve: None,
     })
 }

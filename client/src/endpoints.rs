@@ -23,6 +23,8 @@ pub struct Endpoints {
     pub dolly: String,
     /// Controller ROUTER (§9).
     pub controller: String,
+    /// CURVE keys for a writer and reader that require CURVE (issue #19); `None`: plain.
+    pub curve: Option<crate::ClientCurve>,
 }
 
 impl Endpoints {
@@ -36,6 +38,7 @@ impl Endpoints {
             admin_ca: None,
             dolly: endpoint::DOLLY_REQUESTS.local(),
             controller: endpoint::CONTROLLER.local(),
+            curve: None,
         }
     }
 }

@@ -144,6 +144,8 @@ pub struct IdempotentOptions {
     /// sequence would send sequences that id used long ago, which the node answers as
     /// duplicates: acknowledged and not stored.
     pub resume: Option<MessageId>,
+    /// CURVE keys, for a writer that requires CURVE (issue #19); `None`: plain ZMTP.
+    pub curve: Option<crate::ClientCurve>,
 }
 
 impl IdempotentOptions {
@@ -156,6 +158,7 @@ impl IdempotentOptions {
             deadline: Duration::from_secs(60),
             identity: None,
             resume: None,
+            curve: None,
         }
     }
 }
@@ -495,6 +498,9 @@ fn open(
 ) -> Result<zmq::Socket, ClientError> {
     let z = |what| ClientError::zmq(what, endpoint);
     let s = ctx.socket(zmq::DEALER).map_err(z("socket for writer"))?;
+    if let Some(curve) = &opts.curve {
+        curve.apply(&s, endpoint)?;
+    }
     s.set_identity(identity).map_err(z("identity for writer"))?;
     // The producer bounds what it keeps in flight itself: room for all of it in the queue,
     // so a send blocks only when the node is not there.

@@ -40,6 +40,7 @@
 //! ```
 
 pub mod admin;
+pub mod curve;
 pub mod dolly;
 pub mod endpoints;
 pub mod error;
@@ -53,6 +54,7 @@ pub mod subscriber;
 mod unacked;
 
 pub use admin::{AdminClient, AdminError};
+pub use curve::ClientCurve;
 pub use dolly::{DollyClient, DollyReply};
 pub use endpoints::{connectable, endpoint, identity, random_uuid, Endpoints};
 pub use error::ClientError;

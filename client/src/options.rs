@@ -29,6 +29,8 @@ pub struct ProducerOptions {
     /// The identity to present instead of a fresh one (`topic` and `mode` are then ignored for
     /// it): tests and tools that need a known UUID.
     pub identity: Option<Vec<u8>>,
+    /// CURVE keys, for a writer that requires CURVE (issue #19); `None`: plain ZMTP.
+    pub curve: Option<crate::ClientCurve>,
 }
 
 impl ProducerOptions {
@@ -43,7 +45,14 @@ impl ProducerOptions {
             retry_for: Duration::from_secs(60),
             unbounded: false,
             identity: None,
+            curve: None,
         }
+    }
+
+    /// The same with CURVE keys (`None`: plain ZMTP).
+    pub fn curve(mut self, curve: Option<crate::ClientCurve>) -> Self {
+        self.curve = curve;
+        self
     }
 
     /// The same with `timeout`.

@@ -41,6 +41,9 @@ impl PlainProducer {
             zmq::DEALER
         };
         let socket = ctx.socket(kind).map_err(z("socket for writer"))?;
+        if let Some(curve) = &opts.curve {
+            curve.apply(&socket, &joined)?;
+        }
         let id = match &opts.identity {
             Some(id) => id.clone(),
             None => identity(&opts.topic, opts.mode.to_byte())?,

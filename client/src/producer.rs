@@ -48,6 +48,7 @@ impl Producer {
             o.timeout = o.timeout.min(opts.timeout);
             o.deadline = opts.retry_for;
             o.identity = opts.identity.clone();
+            o.curve = opts.curve.clone();
             let inner =
                 Inner::Idempotent(Box::new(IdempotentProducer::connect(ctx, endpoints, o)?));
             return Ok(Producer { inner });

@@ -42,8 +42,26 @@ impl ReaderClient {
         fragment: u8,
         timeout: Duration,
     ) -> Result<Self, ClientError> {
+        Self::connect_with(ctx, endpoint, topic, fragment, timeout, None)
+    }
+
+    /// As [`ReaderClient::connect_fragment`], with CURVE keys for a reader that requires
+    /// CURVE (issue #19; `None`: plain ZMTP).
+    ///
+    /// Errors: an invalid topic; libzmq refusing the endpoint or the keys.
+    pub fn connect_with(
+        ctx: &zmq::Context,
+        endpoint: &str,
+        topic: &str,
+        fragment: u8,
+        timeout: Duration,
+        curve: Option<&crate::ClientCurve>,
+    ) -> Result<Self, ClientError> {
         let z = |what| ClientError::zmq(what, endpoint);
         let socket = ctx.socket(zmq::DEALER).map_err(z("socket for reader"))?;
+        if let Some(curve) = curve {
+            curve.apply(&socket, endpoint)?;
+        }
         socket
             .set_identity(&identity(topic, fragment)?)
             .map_err(z("identity for reader"))?;

@@ -40,6 +40,49 @@ pub(crate) struct NodeContext {
     pub(crate) runtime: tokio::runtime::Handle,
     /// Set (and every mailbox rung) when the node stops.
     pub(crate) shutdown: Shutdown,
+    /// CURVE on the writer and on the reader, when required (issue #19).
+    pub(crate) curve: CurveEndpoints,
+}
+
+/// The CURVE setting of each endpoint of zper's own ZMTP engine.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct CurveEndpoints {
+    /// The writer's.
+    pub(crate) writer: Option<crate::zmtp::security::CurveEndpoint>,
+    /// The reader's.
+    pub(crate) reader: Option<crate::zmtp::security::CurveEndpoint>,
+}
+
+impl CurveEndpoints {
+    /// Reads the keys `settings` name (once; the client keys are read again while the node
+    /// runs).
+    ///
+    /// Errors: the secret key or the client keys cannot be read.
+    pub(crate) fn load(
+        settings: &crate::config::CurveSettings,
+    ) -> Result<Self, crate::zmtp::security::SecurityError> {
+        use crate::config::CurveEndpointName as E;
+        use crate::zmtp::security::{read_secret_key, ClientKeys, CurveEndpoint};
+        let Some(path) = &settings.secret_key_file else {
+            return Ok(CurveEndpoints::default());
+        };
+        let keys = Arc::new(read_secret_key(path)?);
+        let own = Some(keys.public());
+        let endpoint = CurveEndpoint {
+            keys,
+            clients: Arc::new(ClientKeys::load(settings.clients.as_deref(), own)?),
+        };
+        tracing::info!(
+            public_key = %zper_wire::zmtp::curve::encode_key(&endpoint.keys.public()),
+            clients = endpoint.clients.len(),
+            endpoints = ?settings.endpoints,
+            "CURVE on"
+        );
+        Ok(CurveEndpoints {
+            writer: settings.on(E::Writer).then(|| endpoint.clone()),
+            reader: settings.on(E::Reader).then_some(endpoint),
+        })
+    }
 }
 
 impl NodeContext {

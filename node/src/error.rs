@@ -40,6 +40,9 @@ pub enum NodeError {
     /// unreadable or do not fit together.
     #[error("admin port TLS: {0}")]
     Tls(#[from] zper_raft::tls::TlsError),
+    /// The CURVE keys cannot be read (issue #19).
+    #[error("{0}")]
+    Curve(#[from] crate::zmtp::security::SecurityError),
     /// The configuration contradicts itself (message names the keys).
     #[error("config: {0}")]
     Config(String),

@@ -61,6 +61,10 @@ pub struct Counters {
     /// Writer connections closed for a protocol error (a malformed handshake or frame, a
     /// refused socket type or mechanism, a handshake past its timeout; issue #17).
     pub zmtp_protocol_errors: AtomicU64,
+    /// Connections to a writer or reader that requires CURVE closed before their handshake
+    /// completed (issue #19): no CURVE, another server key, a client key not admitted, a box
+    /// that does not open, or a client that gave up on the way.
+    pub curve_refused: AtomicU64,
     /// Writer connections closed at once because the writer held its most connections.
     pub zmtp_refused_connections: AtomicU64,
     /// Idle writer connections closed to make room for a new one at the connection limit.
@@ -182,6 +186,7 @@ impl Default for Counters {
             idempotent_duplicates: AtomicU64::new(0),
             out_of_sequence: AtomicU64::new(0),
             zmtp_protocol_errors: AtomicU64::new(0),
+            curve_refused: AtomicU64::new(0),
             zmtp_refused_connections: AtomicU64::new(0),
             zmtp_idle_closed: AtomicU64::new(0),
             writer_held: AtomicU64::new(0),
@@ -555,6 +560,7 @@ impl Collector for CountersCollector {
             ("bad_request", &k.bad_requests),
             ("overloaded", &k.overloaded),
             ("protocol_error", &k.zmtp_protocol_errors),
+            ("curve_refused", &k.curve_refused),
             ("connection_refused", &k.zmtp_refused_connections),
             ("idle_closed", &k.zmtp_idle_closed),
             ("out_of_sequence", &k.out_of_sequence),

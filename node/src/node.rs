@@ -105,6 +105,7 @@ impl Node {
         for (key, why) in &config.no_effect_keys {
             warn!(key = %key, "config key has no effect in zper: {why}");
         }
+        let curve = crate::context::CurveEndpoints::load(&config.curve)?;
         let store = Arc::new(Store::open(config.store.clone())?);
         let zmq = zmq::Context::new();
         zmq.set_io_threads(config.io_threads)?;
@@ -126,6 +127,7 @@ impl Node {
             cluster: member.node(),
             runtime: member.handle(),
             shutdown: shutdown.clone(),
+            curve,
         };
         let mut threads =
             vec![view

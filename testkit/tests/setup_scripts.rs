@@ -42,6 +42,10 @@ impl Machine {
         machine.tool("javac", "exit 0");
         // The chart check's Python packages count as present.
         machine.tool("python3", "exit 0");
+        // So does libsodium's static library (see `without_libsodium_...`).
+        let lib = machine.dir.path().join("usr/lib/x86_64-linux-gnu");
+        std::fs::create_dir_all(&lib).expect("lib dir");
+        std::fs::write(lib.join("libsodium.a"), b"").expect("libsodium.a");
         machine
     }
 
@@ -129,6 +133,33 @@ fn libclang_cpp_alone_does_not_count_as_libclang() {
         machine
             .calls()
             .contains("apt-get install -y -qq libclang-dev"),
+        "{}",
+        machine.calls()
+    );
+}
+
+#[test]
+fn without_libsodium_the_scripts_install_it() {
+    // libzmq is linked against static libsodium for CURVE (issue #19).
+    let machine = Machine::new(0, true);
+    std::fs::remove_file(
+        machine
+            .dir
+            .path()
+            .join("usr/lib/x86_64-linux-gnu/libsodium.a"),
+    )
+    .expect("rm");
+    let out = machine.run("run", &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("libsodium-dev: libzmq is linked against static libsodium"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        machine
+            .calls()
+            .contains("apt-get install -y -qq libsodium-dev"),
         "{}",
         machine.calls()
     );

@@ -35,7 +35,14 @@ pub struct ConsumeArgs {
 pub fn run(a: ConsumeArgs, targets: &Endpoints) -> Result<()> {
     let ctx = zmq::Context::new();
     let reader = endpoint(a.reader.as_deref().unwrap_or(&targets.reader));
-    let client = ReaderClient::connect(&ctx, &reader, &a.topic, a.timeout)?;
+    let client = ReaderClient::connect_with(
+        &ctx,
+        &reader,
+        &a.topic,
+        0,
+        a.timeout,
+        targets.curve.as_ref(),
+    )?;
     let pb = progress(a.messages);
     let start = Instant::now();
     let offset = client.offset(Timestamp::Earliest)?;

@@ -70,7 +70,9 @@ pub fn run(a: ProduceArgs, targets: &Endpoints) -> Result<()> {
     // measure the client's own thread scheduling on a small machine, not the broker.
     let shared = zmq::Context::new();
     shared.set_io_threads(2)?;
-    let mut opts = ProducerOptions::new(&a.topic, AckMode::from_byte(a.mode)).timeout(a.timeout);
+    let mut opts = ProducerOptions::new(&a.topic, AckMode::from_byte(a.mode))
+        .timeout(a.timeout)
+        .curve(targets.curve.clone());
     opts.unbounded = true;
     for i in 0..a.threads {
         let (eps, opts, pb, ctx) = (endpoints.clone(), opts.clone(), pb.clone(), shared.clone());
@@ -216,6 +218,7 @@ fn idempotent_sender(
 ) -> Result<(u64, Latencies)> {
     let mut o = IdempotentOptions::new(&opts.topic, opts.mode);
     o.deadline = opts.timeout;
+    o.curve = opts.curve.clone();
     let mut producer = IdempotentProducer::connect(ctx, endpoints, o)?;
     let payload = vec![b'x'; size];
     let mut lat = Latencies::new();

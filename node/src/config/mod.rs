@@ -3,6 +3,7 @@
 //! meant false); a bad value is an error naming the key; an unknown key is a warning.
 
 mod cluster;
+mod curve;
 pub mod keys;
 mod show;
 #[cfg(test)]
@@ -19,6 +20,8 @@ use zper_wire::endpoint;
 
 use cluster::cluster_settings;
 pub use cluster::ClusterSettings;
+use curve::curve_settings;
+pub use curve::{CurveEndpointName, CurveSettings};
 pub use show::{effective, Effective, Source};
 use values::{bad, boolean, capped, millis, num, valid_endpoint, whole_hours};
 pub use values::{MAX_IO_THREADS, MAX_WORKERS};
@@ -239,6 +242,8 @@ pub struct NodeConfig {
     pub idempotence_max_producers: usize,
     /// Cluster (Raft metadata group) settings.
     pub cluster: ClusterSettings,
+    /// CURVE on the writer and reader endpoints (`curve.*`, issue #19).
+    pub curve: CurveSettings,
     /// Keys that were present but are unknown (reported as warnings).
     pub unknown_keys: Vec<String>,
     /// ZPER keys that were present and have no effect in zper, each with why (reported as
@@ -283,6 +288,7 @@ impl Default for NodeConfig {
             idempotence_window: Duration::from_secs(120),
             idempotence_max_producers: 1024,
             cluster: ClusterSettings::default(),
+            curve: CurveSettings::default(),
             unknown_keys: Vec::new(),
             no_effect_keys: Vec::new(),
         }
@@ -373,6 +379,11 @@ impl NodeConfig {
             Duration::from_millis(millis(map, "idempotence.window", 120_000, 1)?);
         c.idempotence_max_producers = num(map, "idempotence.max_producers", 1024, 1)? as usize;
         c.cluster = cluster_settings(map)?;
+        c.curve = curve_settings(
+            map,
+            c.writer_engine == WriterEngine::Libzmq,
+            c.reader_engine == ReaderEngine::Libzmq,
+        )?;
         // peers.json (Dolly's own config, `dolly.md` §2) gives this node's Dolly ports; the
         // dolly.*.bind keys, when present, win.
         if let Some(path) = get("dolly.peers") {

@@ -24,7 +24,6 @@ use crossbeam_channel::{Receiver, Sender};
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token, Waker};
 use tracing::{debug, error};
-use zper_wire::zmtp::command::encode_pong;
 use zper_wire::zmtp::{Command, Event, Limits, SocketType};
 use zper_wire::{ReaderReply, Records, Status};
 
@@ -96,7 +95,11 @@ pub(crate) fn spawn(listener: TcpListener, nc: &NodeContext) -> Result<JoinHandl
     for i in 0..nc.config.reader_workers {
         let (rx, tx, waker) = (job_rx.clone(), done_tx.clone(), waker.clone());
         let (store, counters, budget) = (nc.store.clone(), nc.counters.clone(), nc.memory.clone());
-        let remote = Some(Remote::new(nc.zmq.clone(), nc.view.clone()));
+        let remote = Some(Remote::new(
+            nc.zmq.clone(),
+            nc.view.clone(),
+            nc.curve.reader.clone(),
+        ));
         workers.push(crate::context::spawn(
             &format!("zper-reader-{i}"),
             move || {
@@ -135,6 +138,7 @@ pub(crate) fn spawn(listener: TcpListener, nc: &NodeContext) -> Result<JoinHandl
         stop: nc.stop(),
         max_connections: MAX_CONNECTIONS,
         idle_eviction: IDLE_EVICTION,
+        curve: nc.curve.reader.clone(),
     };
     crate::context::spawn("zper-reader", move || engine.run(poll, jobs, done, workers))
 }
@@ -217,6 +221,8 @@ struct ReaderEngine {
     /// How long a connection must have been idle to be closed for a new one
     /// ([`IDLE_EVICTION`]).
     idle_eviction: Duration,
+    /// CURVE, when the reader requires it (issue #19).
+    curve: Option<crate::zmtp::security::CurveEndpoint>,
 }
 
 impl ReaderEngine {
@@ -332,8 +338,15 @@ impl ReaderEngine {
             }
             let token = Token(clients.next);
             clients.next += 1;
-            let Some(conn) = peers::open(poll, stream, token, &READER_PEERS, self.limits, "reader")
-            else {
+            let Some(conn) = peers::open(
+                poll,
+                stream,
+                token,
+                &READER_PEERS,
+                self.limits,
+                "reader",
+                self.curve.as_ref(),
+            ) else {
                 continue;
             };
             let client = Client {
@@ -506,7 +519,7 @@ impl ReaderEngine {
                 Some(Event::Command(_)) => {}
             }
             if let Some(context) = pong {
-                encode_pong(&context, client.conn.send_raw());
+                client.conn.send_pong(&context);
             }
         }
     }
@@ -550,6 +563,7 @@ impl ReaderEngine {
             return;
         };
         let _ = poll.registry().deregister(&mut client.conn.stream);
+        peers::count_unfinished_curve(&self.counters, &client.conn);
         clients.paused.remove(&token);
         clients.draining.remove(&token);
         self.counters.connections[ENDPOINT].fetch_sub(1, Ordering::Relaxed);

@@ -1,5 +1,5 @@
 use super::*;
-use zper_wire::zmtp::{Handshake, Null};
+use zper_wire::zmtp::{Handshake, Null, Security};
 
 /// A connected client connection (its peer is returned too, to keep it open).
 fn client(in_progress: usize) -> (Client, std::net::TcpStream) {
@@ -7,7 +7,7 @@ fn client(in_progress: usize) -> (Client, std::net::TcpStream) {
     let peer = std::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
     let (server, _) = listener.accept().expect("accept");
     server.set_nonblocking(true).expect("nonblocking");
-    let handshake = Handshake::new(SocketType::Router, &READER_PEERS, Null);
+    let handshake = Handshake::new(SocketType::Router, &READER_PEERS, Security::Null(Null));
     let limits = Limits {
         max_message: MAX_REQUEST,
         max_buffered: 2 * MAX_REQUEST,
@@ -105,6 +105,7 @@ fn at_its_connection_limit_the_engine_closes_the_connection_idle_the_longest() {
         stop: stop.clone(),
         max_connections: 2,
         idle_eviction: Duration::from_millis(200),
+        curve: None,
     };
     let poll = Poll::new().expect("poll");
     let (jobs, _job_rx) = crossbeam_channel::bounded::<Job>(IN_PROGRESS);

@@ -176,7 +176,11 @@ pub(crate) fn spawn(socket: ReaderSocket, nc: &NodeContext) -> Result<Reader, No
     let mut handles = Vec::with_capacity(workers);
     for (i, push) in pushes.into_iter().enumerate() {
         let (rx, store, counters) = (rx.clone(), nc.store.clone(), nc.counters.clone());
-        let remote = Some(Remote::new(nc.zmq.clone(), nc.view.clone()));
+        let remote = Some(Remote::new(
+            nc.zmq.clone(),
+            nc.view.clone(),
+            nc.curve.reader.clone(),
+        ));
         let budget = nc.memory.clone();
         handles.push(crate::context::spawn(
             &format!("zper-reader-{i}"),
@@ -275,6 +279,8 @@ fn refuse_overloaded(router: &zmq::Socket, frames: Vec<Vec<u8>>, counters: &Coun
 pub(crate) struct Remote {
     ctx: zmq::Context,
     view: PlacementView,
+    /// CURVE keys for the leaders' readers when they require CURVE (issue #19).
+    curve: Option<crate::zmtp::security::CurveEndpoint>,
     /// By (leader, fragment store key).
     links: HashMap<(u64, String), zmq::Socket>,
 }
@@ -283,10 +289,15 @@ pub(crate) struct Remote {
 const REMOTE_TIMEOUT_MS: i64 = 2000;
 
 impl Remote {
-    fn new(ctx: zmq::Context, view: PlacementView) -> Self {
+    fn new(
+        ctx: zmq::Context,
+        view: PlacementView,
+        curve: Option<crate::zmtp::security::CurveEndpoint>,
+    ) -> Self {
         Remote {
             ctx,
             view,
+            curve,
             links: HashMap::new(),
         }
     }
@@ -318,6 +329,11 @@ impl Remote {
                 let id = Identity::new(&topic, frag.id.min(255) as u8, &uuid)
                     .map_err(|e| e.to_string())?;
                 let s = self.ctx.socket(zmq::DEALER).map_err(|e| e.to_string())?;
+                if let Some(curve) = &self.curve {
+                    curve
+                        .apply_to_peer_link(&s)
+                        .map_err(|e| format!("CURVE keys: {e}"))?;
+                }
                 s.set_identity(&id.to_bytes()).map_err(|e| e.to_string())?;
                 s.set_linger(0).map_err(|e| e.to_string())?;
                 s.connect(&endpoint).map_err(|e| e.to_string())?;

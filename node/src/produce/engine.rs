@@ -24,7 +24,6 @@ use crossbeam_channel::Sender;
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
 use tracing::{debug, error, warn};
-use zper_wire::zmtp::command::encode_pong;
 use zper_wire::zmtp::{Command, Dropped, Event, Limits, SocketType};
 
 use super::credit::Credit;
@@ -84,6 +83,8 @@ pub(crate) struct EngineFront {
     /// How long a connection must have been idle to be closed for a new one
     /// ([`IDLE_EVICTION`]).
     pub(crate) idle_eviction: Duration,
+    /// CURVE, when the writer requires it (issue #19).
+    pub(crate) curve: Option<crate::zmtp::security::CurveEndpoint>,
 }
 
 /// The engine loop's connections: by token, and by routing id for acks.
@@ -281,8 +282,15 @@ impl EngineFront {
             }
             let token = Token(clients.next);
             clients.next += 1;
-            let Some(conn) = peers::open(poll, stream, token, &WRITER_PEERS, self.limits, "writer")
-            else {
+            let Some(conn) = peers::open(
+                poll,
+                stream,
+                token,
+                &WRITER_PEERS,
+                self.limits,
+                "writer",
+                self.curve.as_ref(),
+            ) else {
                 continue;
             };
             let client = Client {
@@ -475,7 +483,7 @@ impl EngineFront {
                 Some(Event::Command(_)) => {}
             }
             if let Some(context) = pong {
-                encode_pong(&context, client.conn.send_raw());
+                client.conn.send_pong(&context);
             }
         }
     }
@@ -490,6 +498,7 @@ impl EngineFront {
             return;
         };
         let _ = poll.registry().deregister(&mut client.conn.stream);
+        peers::count_unfinished_curve(&self.counters, &client.conn);
         if clients.by_id.get(&client.routing_id) == Some(&token) {
             clients.by_id.remove(&client.routing_id);
         }

@@ -46,6 +46,7 @@ fn front(
         stop: stop.clone(),
         max_connections,
         idle_eviction,
+        curve: None,
     };
     let thread = std::thread::spawn(move || engine.run(Vec::new()));
     (addr, rx, push, stop, thread)

@@ -63,6 +63,8 @@ pub(crate) struct Forwarder {
     pub(crate) acks: zmq::Socket,
     pub(crate) counters: Arc<Counters>,
     pub(crate) stop: Arc<AtomicBool>,
+    /// CURVE keys for the leaders' writers when they require CURVE (issue #19).
+    pub(crate) curve: Option<crate::zmtp::security::CurveEndpoint>,
 }
 
 /// One link per (leader, producer): answers for one producer come back on its own link, in
@@ -210,6 +212,11 @@ impl Forwarder {
             .map_err(|e| e.to_string())?
             .to_bytes();
         let s = self.ctx.socket(zmq::DEALER).map_err(|e| e.to_string())?;
+        if let Some(curve) = &self.curve {
+            curve
+                .apply_to_peer_link(&s)
+                .map_err(|e| format!("CURVE keys: {e}"))?;
+        }
         s.set_identity(&identity).map_err(|e| e.to_string())?;
         s.set_linger(0).map_err(|e| e.to_string())?;
         s.set_sndhwm(100_000).map_err(|e| e.to_string())?;

@@ -303,6 +303,7 @@ pub(crate) fn spawn(
             acks: push,
             counters: nc.counters.clone(),
             stop: nc.stop(),
+            curve: nc.curve.writer.clone(),
         };
         threads.push(spawn_thread("zper-forward", move || f.run())?);
     }
@@ -373,6 +374,7 @@ pub(crate) fn spawn(
                 stop: nc.stop(),
                 max_connections: engine::MAX_CONNECTIONS,
                 idle_eviction: engine::IDLE_EVICTION,
+                curve: nc.curve.writer.clone(),
             };
             spawn_thread("zper-writer", move || front.run(threads))?
         }

@@ -8,9 +8,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use mio::net::TcpStream;
+use zper_wire::zmtp::command::encode_pong;
+use zper_wire::zmtp::curve::{CurveSession, MESSAGE_OVERHEAD};
 use zper_wire::zmtp::frame::encode_frame;
 use zper_wire::zmtp::{
-    Event, Handshake, HandshakeError, Inbound, InboundError, Limits, Null, Peer, Progress,
+    Event, Handshake, HandshakeError, Inbound, InboundError, Limits, Peer, Progress, Security,
 };
 
 /// Bytes read from a socket at a time, and the most read from one connection per wake before
@@ -33,8 +35,17 @@ enum Queued {
 /// Where a connection is in its life.
 #[derive(Debug)]
 enum Phase {
-    Handshake(Handshake<Null>),
+    Handshake(Handshake<Security>),
     Open(Inbound),
+}
+
+/// A CURVE connection's decryption (issue #19): the frames of the MESSAGEs read so far, as
+/// plain ZMTP frames for the [`Inbound`] decoder, `plain[start..]` unread.
+#[derive(Debug)]
+struct Curve {
+    session: CurveSession,
+    plain: Vec<u8>,
+    start: usize,
 }
 
 /// What one [`Connection::fill`] saw.
@@ -72,11 +83,22 @@ pub(crate) struct Connection {
     sent: usize,
     /// Replies after `output`, in order; empty unless a file range was queued.
     queued: VecDeque<Queued>,
+    /// Set once a CURVE handshake is done: every frame in and out is a MESSAGE.
+    curve: Option<Box<Curve>>,
+    /// The CURVE client's permanent public key, once its handshake is done.
+    pub(crate) client_key: Option<[u8; 32]>,
+    /// A reply that could not be queued (a file range not readable for encryption): the next
+    /// flush fails and the connection closes.
+    broken: Option<io::ErrorKind>,
 }
 
 impl Connection {
     /// A connection just accepted; its first bytes to send (the signature) are queued.
-    pub(crate) fn accept(stream: TcpStream, handshake: Handshake<Null>, limits: Limits) -> Self {
+    pub(crate) fn accept(
+        stream: TcpStream,
+        handshake: Handshake<Security>,
+        limits: Limits,
+    ) -> Self {
         let mut output = Vec::new();
         handshake.open(&mut output);
         Connection {
@@ -92,6 +114,9 @@ impl Connection {
             output,
             sent: 0,
             queued: VecDeque::new(),
+            curve: None,
+            client_key: None,
+            broken: None,
         }
     }
 
@@ -181,7 +206,17 @@ impl Connection {
         match progress {
             Progress::NeedMore => Ok(None),
             Progress::Done(peer) => {
-                self.phase = Phase::Open(Inbound::new(peer.version, self.limits));
+                let open = Phase::Open(Inbound::new(peer.version, self.limits));
+                if let Phase::Handshake(done) = std::mem::replace(&mut self.phase, open) {
+                    if let Some((session, key)) = done.into_mechanism().into_curve() {
+                        self.client_key = Some(key);
+                        self.curve = Some(Box::new(Curve {
+                            session,
+                            plain: Vec::new(),
+                            start: 0,
+                        }));
+                    }
+                }
                 Ok(Some(peer))
             }
         }
@@ -199,8 +234,29 @@ impl Connection {
         let Phase::Open(inbound) = &mut self.phase else {
             return Ok(None);
         };
-        let (used, event) = inbound.next(&self.input[self.start..self.end], out)?;
-        self.start += used;
+        let Some(curve) = self.curve.as_deref_mut() else {
+            let (used, event) = inbound.next(&self.input[self.start..self.end], out)?;
+            self.start += used;
+            return Ok(event);
+        };
+        // Decrypt whole MESSAGEs while the plain frames unread are fewer than a message may
+        // hold; a MESSAGE is authenticated whole, so one over that is a protocol error.
+        let cap = self.limits.max_buffered as usize + 9;
+        let max_body = (cap + MESSAGE_OVERHEAD) as u64;
+        if curve.start > 0 && curve.start == curve.plain.len() {
+            curve.plain.clear();
+            curve.start = 0;
+        }
+        while curve.plain.len() - curve.start < cap {
+            let input = &mut self.input[self.start..self.end];
+            match curve.session.open_frame(input, max_body, &mut curve.plain) {
+                Ok(Some(used)) => self.start += used,
+                Ok(None) => break,
+                Err(e) => return Err(InboundError::Curve(e)),
+            }
+        }
+        let (used, event) = inbound.next(&curve.plain[curve.start..], out)?;
+        curve.start += used;
         Ok(event)
     }
 
@@ -216,15 +272,51 @@ impl Connection {
 
     /// Queues one message of `frames` whatever the peer holds unread (the caller bounds it).
     pub(crate) fn queue(&mut self, frames: &[Vec<u8>]) {
+        let mut curve = self.curve.take();
         let out = self.tail();
         for (i, frame) in frames.iter().enumerate() {
-            encode_frame(i + 1 < frames.len(), false, frame, out);
+            let more = i + 1 < frames.len();
+            match curve.as_deref_mut() {
+                Some(c) => c.session.seal_frame(more, false, frame, out),
+                None => encode_frame(more, false, frame, out),
+            }
         }
+        self.curve = curve;
+    }
+
+    /// Queues a PONG echoing `context` (RFC 37), after every reply queued before.
+    pub(crate) fn send_pong(&mut self, context: &[u8]) {
+        let mut curve = self.curve.take();
+        let out = self.tail();
+        match curve.as_deref_mut() {
+            Some(c) => {
+                let mut frame = Vec::new();
+                encode_pong(context, &mut frame);
+                // The command's body, without the plain frame header (2 bytes: short form).
+                c.session.seal_frame(false, true, &frame[2..], out);
+            }
+            None => encode_pong(context, out),
+        }
+        self.curve = curve;
     }
 
     /// Queues one message of `frames` followed by a last frame of `len` bytes read from `file`
     /// at position `at`, sent with `sendfile` when its turn comes.
+    ///
+    /// On a CURVE connection the range is read now and encrypted (`sendfile` cannot encrypt);
+    /// the caller bounds `len` as it bounds any reply. A read that fails or comes up short
+    /// closes the connection at the next flush.
     pub(crate) fn queue_file(&mut self, frames: &[Vec<u8>], file: Arc<File>, at: u64, len: u64) {
+        if self.curve.is_some() {
+            let mut body = vec![0u8; usize::try_from(len).unwrap_or(usize::MAX)];
+            if let Err(e) = std::os::unix::fs::FileExt::read_exact_at(&*file, &mut body, at) {
+                self.broken = Some(e.kind());
+            }
+            let mut all = frames.to_vec();
+            all.push(body);
+            self.queue(&all);
+            return;
+        }
         let out = self.tail();
         for frame in frames {
             encode_frame(true, false, frame, out);
@@ -269,12 +361,6 @@ impl Connection {
             .saturating_add(usize::try_from(queued).unwrap_or(usize::MAX))
     }
 
-    /// Where raw bytes (a command such as PONG) are queued: after every reply queued before,
-    /// file ranges included, so a command never lands inside a frame still being sent.
-    pub(crate) fn send_raw(&mut self) -> &mut Vec<u8> {
-        self.tail()
-    }
-
     /// Whether the last message dropped for its size began with a REQ envelope (see
     /// [`Inbound::dropped_envelope`]).
     pub(crate) fn dropped_envelope(&self) -> bool {
@@ -286,6 +372,9 @@ impl Connection {
     /// Errors: the socket failed, or a file range could not be read whole (its frame could
     /// not be completed): the connection is to be closed.
     pub(crate) fn flush(&mut self) -> io::Result<()> {
+        if let Some(kind) = self.broken {
+            return Err(kind.into());
+        }
         loop {
             self.write_output()?;
             if self.sent < self.output.len() {
@@ -343,6 +432,14 @@ impl Connection {
         Ok(())
     }
 
+    /// Whether this connection's endpoint requires CURVE.
+    pub(crate) fn requires_curve(&self) -> bool {
+        match &self.phase {
+            Phase::Handshake(h) => h.mechanism_name() == b"CURVE",
+            Phase::Open(_) => self.curve.is_some(),
+        }
+    }
+
     /// Whether the handshake is still running.
     pub(crate) fn in_handshake(&self) -> bool {
         matches!(self.phase, Phase::Handshake(_))
@@ -360,7 +457,11 @@ mod tests {
             std::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
         let (server, _) = listener.accept().expect("accept");
         server.set_nonblocking(true).expect("nonblocking");
-        let handshake = Handshake::new(SocketType::Router, &[SocketType::Dealer], Null);
+        let handshake = Handshake::new(
+            SocketType::Router,
+            &[SocketType::Dealer],
+            Security::Null(zper_wire::zmtp::Null),
+        );
         let conn = Connection::accept(TcpStream::from_std(server), handshake, limits);
         (conn, peer)
     }
@@ -488,7 +589,7 @@ mod tests {
         // Part of the range goes out; the socket buffers (a few MiB) fill before the rest.
         conn.flush().expect("flush");
         assert!(conn.unsent() > 0, "the peer reads nothing yet");
-        zper_wire::zmtp::command::encode_pong(b"ctx", conn.send_raw());
+        conn.send_pong(b"ctx");
         encode_frame(true, false, &[100], &mut want);
         last_frame_header(32 << 20, &mut want);
         want.extend(std::iter::repeat_n(9u8, 32 << 20));

@@ -11,3 +11,4 @@
 pub(crate) mod connection;
 pub(crate) mod listener;
 pub(crate) mod peers;
+pub mod security;

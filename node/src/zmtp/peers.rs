@@ -7,9 +7,10 @@ use std::time::{Duration, Instant};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Interest, Poll, Token};
 use tracing::warn;
-use zper_wire::zmtp::{Handshake, Limits, Null, SocketType};
+use zper_wire::zmtp::{Handshake, Limits, SocketType};
 
 use super::connection::Connection;
+use super::security::{mechanism, CurveEndpoint};
 
 /// The next connection waiting on `listener`; `None` when none waits (or accepting failed,
 /// logged for `endpoint`).
@@ -25,8 +26,8 @@ pub(crate) fn next_stream(listener: &TcpListener, endpoint: &str) -> Option<TcpS
 }
 
 /// Watches `stream` with `poll` under `token` (reads and writes), with TCP_NODELAY, and begins
-/// its handshake as a ROUTER that accepts `peers`; `None` (the stream closed, logged) when it
-/// cannot be watched.
+/// its handshake as a ROUTER that accepts `peers`, with CURVE when `curve` is set (issue
+/// #19); `None` (the stream closed, logged) when it cannot be watched.
 pub(crate) fn open(
     poll: &Poll,
     mut stream: TcpStream,
@@ -34,6 +35,7 @@ pub(crate) fn open(
     peers: &[SocketType],
     limits: Limits,
     endpoint: &str,
+    curve: Option<&CurveEndpoint>,
 ) -> Option<Connection> {
     let _ = stream.set_nodelay(true);
     if let Err(e) =
@@ -43,7 +45,7 @@ pub(crate) fn open(
         warn!(endpoint, error = %e, "could not watch a connection");
         return None;
     }
-    let handshake = Handshake::new(SocketType::Router, peers, Null);
+    let handshake = Handshake::new(SocketType::Router, peers, mechanism(curve));
     Some(Connection::accept(stream, handshake, limits))
 }
 
@@ -79,6 +81,17 @@ pub(crate) fn late_handshakes<'a>(
         .filter(|(_, c)| c.in_handshake() && c.accepted.elapsed() > limit)
         .map(|(t, _)| *t)
         .collect()
+}
+
+/// Counts `conn`, being closed, in `counters.curve_refused` when it is a connection to a CURVE
+/// endpoint whose handshake never completed (issue #19): a client without CURVE, with another
+/// server key or a key not admitted, or one that gave up or timed out on the way. Whatever
+/// closed it (a refusal, the client's own close or reset, the handshake timeout), it did not
+/// get through.
+pub(crate) fn count_unfinished_curve(counters: &crate::metrics::Counters, conn: &Connection) {
+    if conn.in_handshake() && conn.requires_curve() {
+        counters.curve_refused.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// Counts a connection closed for a protocol error in `counter`, logging it (with `why`) at

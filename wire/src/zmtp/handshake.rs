@@ -302,6 +302,11 @@ impl<M: Mechanism> Handshake<M> {
         }
     }
 
+    /// The name of the mechanism this side runs (`NULL`, `CURVE`).
+    pub fn mechanism_name(&self) -> &'static [u8] {
+        self.mechanism.name()
+    }
+
     /// The mechanism, once the handshake is done (CURVE's session keys are in it).
     pub fn into_mechanism(self) -> M {
         self.mechanism

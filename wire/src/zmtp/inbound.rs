@@ -48,6 +48,9 @@ pub enum InboundError {
     /// A command frame between the frames of one message.
     #[error("a command frame inside a multi-frame message")]
     CommandInsideMessage,
+    /// A CURVE MESSAGE that is malformed, replayed or does not decrypt (issue #19).
+    #[error(transparent)]
+    Curve(#[from] super::curve::CurveError),
 }
 
 /// What [`Inbound::next`] found.

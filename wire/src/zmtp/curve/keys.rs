@@ -74,6 +74,13 @@ pub fn parse_key_file(text: &str) -> Result<KeyFile, KeyError> {
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
+        // A bare key first: Z85's alphabet has `=` in it.
+        if line.len() == 40 && !line.contains(' ') {
+            if let (Ok(key), None, None) = (decode_key(line), file.public, file.secret) {
+                file.public = Some(key);
+                continue;
+            }
+        }
         if let Some((name, value)) = line.split_once('=') {
             let value = value.trim().trim_matches('"');
             match name.trim() {
@@ -81,8 +88,6 @@ pub fn parse_key_file(text: &str) -> Result<KeyFile, KeyError> {
                 "secret-key" => file.secret = Some(decode_key(value)?),
                 _ => {}
             }
-        } else if line.len() == 40 && file.public.is_none() && file.secret.is_none() {
-            file.public = Some(decode_key(line)?);
         }
     }
     if file.public.is_none() && file.secret.is_none() {

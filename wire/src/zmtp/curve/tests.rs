@@ -296,3 +296,14 @@ fn a_hello_of_the_wrong_size_or_an_early_initiate_is_refused() {
         Err(HandshakeError::UnexpectedCommand(_))
     ));
 }
+
+#[test]
+fn a_bare_key_with_an_equals_sign_is_a_key() {
+    // Z85's alphabet has `=`: a bare key must not be read as `name = value`.
+    let key = (0u8..=255)
+        .map(|seed| CurveKeyPair::from_secret([seed; 32]).public())
+        .find(|k| encode_key(k).contains('='))
+        .expect("some key has '=' in Z85");
+    let file = parse_key_file(&encode_key(&key)).expect("bare key");
+    assert_eq!(file.public, Some(key));
+}

@@ -1,0 +1,1 @@
+pub use std::os::unix::io::RawFd;
