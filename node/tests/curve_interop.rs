@@ -7,10 +7,9 @@
 mod common;
 use common::*;
 
-use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use zper_node::config::{CurveEndpointName, CurveSettings};
 use zper_node::metrics::Counters;
@@ -72,47 +71,22 @@ fn a_pyzmq_curve_client_produces_and_fetches_and_strangers_are_refused_and_count
         }
     });
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/curve_client.py");
-    let mut child = Command::new("python3")
-        .arg(&script)
-        .args([&node.writer, &node.reader])
-        .args([
-            encode_key(&server.public()),
-            encode_key(&client.public()),
-            encode_key(&client.secret()),
-            encode_key(&stranger.public()),
-            encode_key(&stranger.secret()),
-        ])
-        .arg("secured")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn python3");
-    let pipe = |mut r: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = r.read_to_string(&mut s);
-            s
-        })
-    };
-    let stdout = pipe(Box::new(child.stdout.take().expect("stdout")));
-    let stderr = pipe(Box::new(child.stderr.take().expect("stderr")));
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for python3") {
-            break Some(status);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let stdout = stdout.join().expect("stdout reader");
-    let report = format!(
-        "stdout:\n{stdout}\nstderr:\n{}",
-        stderr.join().expect("stderr reader")
+    let run = run_bounded(
+        Command::new("python3")
+            .arg(&script)
+            .args([&node.writer, &node.reader])
+            .args([
+                encode_key(&server.public()),
+                encode_key(&client.public()),
+                encode_key(&client.secret()),
+                encode_key(&stranger.public()),
+                encode_key(&stranger.secret()),
+            ])
+            .arg("secured"),
+        Duration::from_secs(90),
     );
+    let (stdout, report) = (run.stdout.clone(), run.report());
+    let status = run.status;
     let status = status.unwrap_or_else(|| panic!("curve_client.py ran over 90 s\n{report}"));
     assert!(
         status.success(),

@@ -6,10 +6,9 @@
 mod common;
 use common::*;
 
-use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const JAR: &str = "/usr/share/java/jeromq.jar";
 
@@ -63,40 +62,16 @@ fn jeromq_0_3_6_client_produces_in_modes_0_1_2_and_fetches_back() {
     );
 
     let node = TestNode::start();
-    let mut child = Command::new("java")
-        .arg("-cp")
-        .arg(format!("{}:{JAR}", classes.path().display()))
-        .arg("ZperClient")
-        .args([&node.writer, &node.reader, "interop"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn java");
-    // Read the pipes on threads so a chatty child can never block on a full pipe.
-    let pipe = |mut r: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = r.read_to_string(&mut s);
-            s
-        })
-    };
-    let stdout = pipe(Box::new(child.stdout.take().expect("stdout")));
-    let stderr = pipe(Box::new(child.stderr.take().expect("stderr")));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for java") {
-            break Some(status);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let stdout = stdout.join().expect("stdout reader");
-    let stderr = stderr.join().expect("stderr reader");
-    let report = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
+    let run = run_bounded(
+        Command::new("java")
+            .arg("-cp")
+            .arg(format!("{}:{JAR}", classes.path().display()))
+            .arg("ZperClient")
+            .args([&node.writer, &node.reader, "interop"]),
+        Duration::from_secs(60),
+    );
+    let (stdout, report) = (run.stdout.clone(), run.report());
+    let status = run.status;
     let status = status.unwrap_or_else(|| panic!("ZperClient ran over 60 s; killed\n{report}"));
     assert!(
         status.success(),

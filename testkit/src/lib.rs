@@ -20,5 +20,5 @@ pub use cluster::{
 pub use http::{get_json, http};
 pub use in_process::{test_config, TestNode};
 pub use net::{free_port, CutProxy};
-pub use wait::{eventually, eventually_every, eventually_within};
+pub use wait::{eventually, eventually_every, eventually_within, run_bounded, Finished};
 pub use zmq_client::{client, fetch_frames, identity, read_all, request, Zmtp2, UUID};
