@@ -155,3 +155,44 @@ async fn a_member_that_speaks_plain_http_cannot_join_a_tls_cluster_as_a_peer() {
         let _ = m.node.raft.shutdown().await;
     }
 }
+
+/// A CA, and a certificate for `names` signed by it valid until `not_after` (year), written as
+/// `ca.pem` and `node.pem` in `dir`.
+fn signed(dir: &std::path::Path, names: &[&str], not_after: i32) {
+    let ca_key = rcgen::KeyPair::generate().expect("ca key");
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).expect("ca params");
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca_cert = ca.self_signed(&ca_key).expect("ca");
+    let key = rcgen::KeyPair::generate().expect("key");
+    let mut params =
+        rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+            .expect("params");
+    params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+    params.not_after = rcgen::date_time_ymd(not_after, 1, 1);
+    let cert = params.signed_by(&key, &ca_cert, &ca_key).expect("cert");
+    std::fs::write(dir.join("ca.pem"), ca_cert.pem()).expect("write");
+    std::fs::write(dir.join("node.pem"), cert.pem()).expect("write");
+}
+
+#[test]
+fn the_node_names_what_its_peers_would_refuse_in_its_own_certificate() {
+    // Attack finding of issue #19: an expired certificate, or one without the advertised
+    // host, let the node start; only the peers' logs said why. The node now checks its own
+    // certificate as a peer would (at start, logged, and in /v1/cluster/health's problems).
+    let dir = tempfile::tempdir().expect("tmp");
+    let (cert, ca) = (dir.path().join("node.pem"), dir.path().join("ca.pem"));
+    let check = |advertise: &str| zper_raft::tls::check_own_certificate(&cert, &ca, advertise);
+    signed(dir.path(), &["127.0.0.1", "zper1"], 2200);
+    assert_eq!(check("127.0.0.1:9644"), None);
+    assert_eq!(check("zper1:9644"), None);
+    let other = check("zper2:9644").expect("another host is refused");
+    assert!(other.contains("zper2"), "{other}");
+    signed(dir.path(), &["127.0.0.1"], 2021);
+    let expired = check("127.0.0.1:9644").expect("an expired certificate is refused");
+    assert!(expired.to_lowercase().contains("expired"), "{expired}");
+    std::fs::write(&ca, "not pem").expect("write");
+    assert!(
+        check("127.0.0.1:9644").is_some(),
+        "an unreadable CA is named"
+    );
+}

@@ -147,6 +147,16 @@ impl Member {
         }
         // TLS on the admin port (issue #19): the files are read here, so a bad one stops the
         // node at start with the file named.
+        let cert_check = match (&c.tls_cert, &c.tls_ca) {
+            (Some(cert), Some(ca)) => Some((cert.clone(), ca.clone(), http.clone())),
+            _ => None,
+        };
+        if let Some(problem) = cert_check
+            .as_ref()
+            .and_then(|(cert, ca, host)| zper_raft::tls::check_own_certificate(cert, ca, host))
+        {
+            warn!(%problem, "TLS certificate");
+        }
         let (server_tls, peer_tls) = match (&c.tls_cert, &c.tls_key, &c.tls_ca) {
             (Some(cert), Some(key), Some(ca)) => (
                 Some(zper_raft::tls::server_config(cert, key)?),
@@ -234,7 +244,7 @@ impl Member {
                     zper_http::AdminOptions {
                         registry,
                         admin_token: c.admin_token.clone(),
-                        logs: Some(std::sync::Arc::new(StoreLogs(store))),
+                        logs: Some(std::sync::Arc::new(StoreLogs { store, cert_check })),
                         dolly_put_timeout: Some(config.dolly_put_timeout),
                     },
                 ),
@@ -288,11 +298,17 @@ const COUNT_BUDGET: u64 = 16 << 20;
 
 /// The segment store as the admin API's [`zper_http::LocalLogs`]: fragment k of a topic is
 /// stored under [`zper_store::log_key`] (the topic itself for fragment 0).
-struct StoreLogs(std::sync::Arc<zper_store::Store>);
+/// With TLS on the admin port, this node's own certificate is checked on every health request
+/// (it may expire while the node runs): a certificate its peers would refuse is a problem.
+struct StoreLogs {
+    store: std::sync::Arc<zper_store::Store>,
+    /// Certificate file, CA file and advertised `host:port`, when TLS is on.
+    cert_check: Option<(std::path::PathBuf, std::path::PathBuf, String)>,
+}
 
 impl zper_http::LocalLogs for StoreLogs {
     fn offsets(&self, topic: &str, fragment: u32) -> Option<zper_http::FragmentOffsets> {
-        let log = self.0.topic(&zper_store::log_key(topic, fragment))?;
+        let log = self.store.topic(&zper_store::log_key(topic, fragment))?;
         let start_offset = log.segment_starts().ok()?.first().copied().unwrap_or(0);
         let end_offset = log.flushed_end().ok()?;
         Some(zper_http::FragmentOffsets {
@@ -306,7 +322,11 @@ impl zper_http::LocalLogs for StoreLogs {
     }
 
     fn problems(&self) -> Vec<String> {
-        self.0
+        let certificate = self
+            .cert_check
+            .as_ref()
+            .and_then(|(cert, ca, host)| zper_raft::tls::check_own_certificate(cert, ca, host));
+        self.store
             .topics()
             .iter()
             .filter_map(|log| {
@@ -329,11 +349,12 @@ impl zper_http::LocalLogs for StoreLogs {
                     log.corruptions().unwrap_or(0)
                 ))
             })
+            .chain(certificate)
             .collect()
     }
 
     fn warnings(&self) -> Vec<String> {
-        self.0
+        self.store
             .topics()
             .iter()
             .filter_map(|log| {

@@ -83,6 +83,65 @@ pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig
     Ok(Arc::new(config))
 }
 
+/// What is wrong with this node's own certificate as its peers will see it (attack finding
+/// of issue #19: an expired certificate, or one that does not name the advertised host,
+/// let the node start and only the peers' logs said why): the chain in `cert` verified
+/// against the CA of `ca` for the host of `advertise` (`host:port`) at the current time, as a
+/// peer's [`PeerTls`] verifies it. `None` when it would be accepted.
+pub fn check_own_certificate(cert: &Path, ca: &Path, advertise: &str) -> Option<String> {
+    let chain = match certificates("certificate", cert) {
+        Ok(c) => c,
+        Err(e) => return Some(e.to_string()),
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    match certificates("CA certificates", ca) {
+        Ok(cas) => {
+            for c in cas {
+                if let Err(e) = roots.add(c) {
+                    return Some(format!("CA certificates {}: {e}", ca.display()));
+                }
+            }
+        }
+        Err(e) => return Some(e.to_string()),
+    }
+    let verifier = match rustls::client::WebPkiServerVerifier::builder_with_provider(
+        Arc::new(roots),
+        provider(),
+    )
+    .build()
+    {
+        Ok(v) => v,
+        Err(e) => return Some(format!("CA certificates {}: {e}", ca.display())),
+    };
+    let host = advertise
+        .rsplit_once(':')
+        .map(|(h, _)| h.trim_start_matches('[').trim_end_matches(']'))
+        .unwrap_or(advertise);
+    let name = match ServerName::try_from(host.to_owned()) {
+        Ok(n) => n,
+        Err(e) => {
+            return Some(format!(
+                "advertised host {host:?} is not a server name: {e}"
+            ))
+        }
+    };
+    let (leaf, intermediates) = chain.split_first()?;
+    use rustls::client::danger::ServerCertVerifier;
+    match verifier.verify_server_cert(
+        leaf,
+        intermediates,
+        &name,
+        &[],
+        rustls::pki_types::UnixTime::now(),
+    ) {
+        Ok(_) => None,
+        Err(e) => Some(format!(
+            "this node's certificate {} will be refused by its peers for {host}: {e}",
+            cert.display()
+        )),
+    }
+}
+
 /// How this node (or a client) reaches admin ports: plain HTTP (the default), or TLS trusting
 /// one CA file. Cheap to clone.
 #[derive(Clone, Default)]

@@ -40,7 +40,8 @@ enum Phase {
 }
 
 /// A CURVE connection's decryption (issue #19): the frames of the MESSAGEs read so far, as
-/// plain ZMTP frames for the [`Inbound`] decoder, `plain[start..]` unread.
+/// plain ZMTP frames for the [`Inbound`] decoder, `plain[start..]` unread. `plain` holds less
+/// than twice the unread bytes, which are at most one message's limit plus one MESSAGE.
 #[derive(Debug)]
 struct Curve {
     session: CurveSession,
@@ -239,14 +240,22 @@ impl Connection {
             self.start += used;
             return Ok(event);
         };
-        // Decrypt whole MESSAGEs while the plain frames unread are fewer than a message may
+        // Drop the plain bytes taken once they are at least as many as the unread ones (each
+        // byte moves O(1) times; the buffer stays under twice the unread bytes). Attack
+        // finding: dropping them only when all were taken let the buffer grow with every
+        // message that a read ended inside, for as long as the connection lived.
+        let unread = curve.plain.len() - curve.start;
+        if curve.start > 0 && curve.start >= unread {
+            curve.plain.drain(..curve.start);
+            curve.start = 0;
+            if unread == 0 && curve.plain.capacity() > READ_CHUNK {
+                curve.plain.shrink_to(READ_CHUNK);
+            }
+        }
+        // Decrypt whole MESSAGEs while the unread plain bytes are fewer than a message may
         // hold; a MESSAGE is authenticated whole, so one over that is a protocol error.
         let cap = self.limits.max_buffered as usize + 9;
         let max_body = (cap + MESSAGE_OVERHEAD) as u64;
-        if curve.start > 0 && curve.start == curve.plain.len() {
-            curve.plain.clear();
-            curve.start = 0;
-        }
         while curve.plain.len() - curve.start < cap {
             let input = &mut self.input[self.start..self.end];
             match curve.session.open_frame(input, max_body, &mut curve.plain) {
