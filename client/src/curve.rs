@@ -4,7 +4,9 @@
 
 use std::path::Path;
 
-use zper_wire::zmtp::curve::{decode_key, encode_key, parse_key_file, CurveKeyPair};
+use zper_wire::zmtp::curve::{
+    decode_key, encode_key, parse_key_file, parse_secret_key_file, CurveKeyPair,
+};
 
 use crate::ClientError;
 
@@ -65,21 +67,9 @@ impl ClientCurve {
         let shown = secret_key_file.display();
         let text = std::fs::read_to_string(secret_key_file)
             .map_err(|e| ClientError::Invalid(format!("CURVE secret key file {shown}: {e}")))?;
-        let file = parse_key_file(&text)
+        let keys = parse_secret_key_file(&text)
             .map_err(|e| ClientError::Invalid(format!("CURVE secret key file {shown}: {e}")))?;
-        let secret = match (file.secret, file.public) {
-            (Some(s), _) => s,
-            (None, Some(bare)) if !text.contains("public-key") => bare,
-            _ => {
-                return Err(ClientError::Invalid(format!(
-                    "CURVE secret key file {shown}: no secret key in it (give NAME.key_secret, not NAME.key)"
-                )))
-            }
-        };
-        Ok(ClientCurve {
-            server_key,
-            keys: CurveKeyPair::from_secret(secret),
-        })
+        Ok(ClientCurve { server_key, keys })
     }
 
     /// Makes `socket` a CURVE client with these keys (before it connects).

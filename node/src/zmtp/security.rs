@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use tracing::warn;
 use zper_wire::zmtp::curve::{
-    decode_key, encode_key, parse_key_file, Authorizer, CurveKeyPair, CurveServer,
+    decode_key, encode_key, parse_key_file, parse_secret_key_file, Authorizer, CurveKeyPair,
+    CurveServer,
 };
 use zper_wire::zmtp::{Null, Security};
 
@@ -53,20 +54,7 @@ pub fn read_secret_key(path: &Path) -> Result<CurveKeyPair, SecurityError> {
         why,
     };
     let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
-    let file = parse_key_file(&text).map_err(|e| fail(e.to_string()))?;
-    // A bare key in a secret key file is the secret key.
-    let secret = match (file.secret, file.public) {
-        (Some(s), _) => s,
-        (None, Some(bare)) if !text.contains("public-key") => bare,
-        _ => return Err(fail("holds a public key but no secret key".into())),
-    };
-    let keys = CurveKeyPair::from_secret(secret);
-    if file.secret.is_some() && file.public.is_some_and(|p| p != keys.public()) {
-        return Err(fail(
-            "its public-key is not the secret key's public key".into(),
-        ));
-    }
-    Ok(keys)
+    parse_secret_key_file(&text).map_err(|e| fail(e.to_string()))
 }
 
 /// The public keys held by the file or directory `path`.

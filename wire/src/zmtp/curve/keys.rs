@@ -26,6 +26,12 @@ pub enum KeyError {
         "no CURVE key in the file (want a 40-character Z85 key, or czmq's `secret-key = \"...\"`)"
     )]
     Missing,
+    /// A secret key file holding only a public key.
+    #[error("no secret key in it, only a public key (give NAME.key_secret, not NAME.key)")]
+    NoSecret,
+    /// A secret key file whose `public-key` is not its secret key's.
+    #[error("its public-key is not the secret key's public key")]
+    Mismatch,
 }
 
 /// A 32-byte key from its 40 characters of Z85 (surrounding blanks ignored).
@@ -94,6 +100,26 @@ pub fn parse_key_file(text: &str) -> Result<KeyFile, KeyError> {
         return Err(KeyError::Missing);
     }
     Ok(file)
+}
+
+/// The key pair of a secret key file's text: czmq's certificate (`secret-key = "..."`, with a
+/// `public-key` that must match it) or a bare 40-character Z85 secret key.
+///
+/// Errors: what [`parse_key_file`] refuses, [`KeyError::NoSecret`] for a public key file,
+/// [`KeyError::Mismatch`].
+pub fn parse_secret_key_file(text: &str) -> Result<CurveKeyPair, KeyError> {
+    let file = parse_key_file(text)?;
+    // A bare key in a secret key file is the secret key.
+    let secret = match (file.secret, file.public) {
+        (Some(s), _) => s,
+        (None, Some(bare)) if !text.contains("public-key") => bare,
+        _ => return Err(KeyError::NoSecret),
+    };
+    let keys = CurveKeyPair::from_secret(secret);
+    if file.secret.is_some() && file.public.is_some_and(|p| p != keys.public()) {
+        return Err(KeyError::Mismatch);
+    }
+    Ok(keys)
 }
 
 /// A permanent key pair (a server's or a client's); the secret half is wiped when dropped.

@@ -28,7 +28,9 @@ mod server;
 mod session;
 
 pub use client::CurveClient;
-pub use keys::{decode_key, encode_key, parse_key_file, CurveKeyPair, KeyError, KeyFile};
+pub use keys::{
+    decode_key, encode_key, parse_key_file, parse_secret_key_file, CurveKeyPair, KeyError, KeyFile,
+};
 pub use server::{Authorizer, CurveServer};
 pub use session::{CurveSession, MESSAGE_OVERHEAD};
 
