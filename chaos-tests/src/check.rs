@@ -10,7 +10,8 @@ use zper_client::dolly::DollyReply;
 use zper_client::{ClientError, DollyClient, ReaderClient};
 
 use crate::cluster::{wait_until, Cluster};
-use crate::workload::{idempotent_messages, messages, Acked, DOLLY, READER, TOPIC};
+use crate::logs::{idempotent_messages, messages};
+use crate::workload::{Acked, DOLLY, READER, TOPIC};
 
 /// The outcome of [`check`].
 #[derive(Debug, Default)]
@@ -61,9 +62,13 @@ pub struct CheckReport {
 }
 
 /// Reads node `ip`'s whole copy of [`TOPIC`] with FETCH from 0.
-fn read_log(ctx: &zmq::Context, ip: &str) -> Option<Vec<u8>> {
+fn read_log(
+    ctx: &zmq::Context,
+    ip: &str,
+    curve: Option<&zper_client::ClientCurve>,
+) -> Option<Vec<u8>> {
     let at = format!("tcp://{ip}:{READER}");
-    let r = ReaderClient::connect(ctx, &at, TOPIC, Duration::from_secs(3)).ok()?;
+    let r = ReaderClient::connect_with(ctx, &at, TOPIC, 0, Duration::from_secs(3), curve).ok()?;
     let mut out = Vec::new();
     loop {
         let data = match r.fetch(out.len() as u64, 1 << 20) {
@@ -89,7 +94,7 @@ pub fn check(cluster: &Cluster, acked: &Acked) -> CheckReport {
         logs = cluster
             .nodes
             .iter()
-            .map(|n| read_log(&ctx, &n.ip).unwrap_or_default())
+            .map(|n| read_log(&ctx, &n.ip, cluster.security.curve.as_ref()).unwrap_or_default())
             .collect();
         logs.windows(2).all(|w| w[0] == w[1])
     });
@@ -187,7 +192,9 @@ pub fn check(cluster: &Cluster, acked: &Acked) -> CheckReport {
     // Dolly: every acknowledged Put readable on every node.
     let mut lost_puts = BTreeSet::new();
     for n in &cluster.nodes {
-        let Ok(client) = DollyClient::connect(&ctx, &format!("tcp://{}:{DOLLY}", n.ip)) else {
+        let at = format!("tcp://{}:{DOLLY}", n.ip);
+        let Ok(client) = DollyClient::connect_with(&ctx, &at, cluster.security.curve.as_ref())
+        else {
             lost_puts.extend(acked.puts.keys().cloned());
             continue;
         };

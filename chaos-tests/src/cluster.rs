@@ -16,6 +16,7 @@ use testcontainers::{Container, GenericImage, ImageExt};
 
 use crate::disk::{DiskKind, NodeDisk};
 use crate::docker;
+use crate::security::{Security, KEYS};
 
 /// The image the tests run.
 pub const IMAGE: (&str, &str) = ("zper", "chaos");
@@ -80,6 +81,8 @@ pub struct Cluster {
     pub network: String,
     /// Each node's `/data` on the host, index = id - 1 (dropped after the containers).
     pub disks: Vec<NodeDisk>,
+    /// What clients present (none unless started with [`Cluster::start_secured`]).
+    pub security: Security,
 }
 
 fn http_get(addr: &str, path: &str) -> Option<(u16, Value)> {
@@ -106,6 +109,17 @@ impl Cluster {
 
     /// As [`Cluster::start`], node `i`'s data on a disk of kind `disks[i]`.
     pub fn start_on(prefix: &str, disks: [DiskKind; 3]) -> Cluster {
+        Cluster::start_with(prefix, disks, Security::default())
+    }
+
+    /// As [`Cluster::start`] with security on (issue #19): CURVE on every ZMQ endpoint and an
+    /// admin token, from keys made for this cluster ([`Security::generate`]).
+    pub fn start_secured(prefix: &str) -> Cluster {
+        Cluster::start_with(prefix, [DiskKind::Dir; 3], Security::generate())
+    }
+
+    /// As [`Cluster::start_on`], with `security`'s node settings and keys.
+    pub fn start_with(prefix: &str, disks: [DiskKind; 3], security: Security) -> Cluster {
         ensure_image();
         let disks: Vec<NodeDisk> = disks.into_iter().map(NodeDisk::new).collect();
         let network = format!("{prefix}-net");
@@ -147,11 +161,14 @@ impl Cluster {
                 {
                     args.extend(["--set".to_owned(), kv.to_owned()]);
                 }
+                for kv in security.node_settings() {
+                    args.extend(["--set".to_owned(), kv]);
+                }
                 // Root in the container: the host directory (a LazyFs or tmpfs mount among
                 // them) belongs to root.
                 let log = std::env::var("ZPER_CHAOS_RUST_LOG")
                     .unwrap_or_else(|_| "info,openraft=error".to_owned());
-                let container = GenericImage::new(IMAGE.0, IMAGE.1)
+                let mut image = GenericImage::new(IMAGE.0, IMAGE.1)
                     .with_wait_for(WaitFor::Nothing)
                     .with_network(network.clone())
                     .with_env_var("RUST_LOG", log)
@@ -161,7 +178,14 @@ impl Cluster {
                         disks[i].path.display().to_string(),
                         "/data",
                     ))
-                    .with_cmd(args)
+                    .with_cmd(args);
+                if let Some(keys) = security.host_dir() {
+                    image = image.with_mount(
+                        Mount::bind_mount(keys.display().to_string(), KEYS)
+                            .with_access_mode(testcontainers::core::AccessMode::ReadOnly),
+                    );
+                }
+                let container = image
                     .start()
                     .unwrap_or_else(|e| panic!("start {name}: {e}"));
                 Node {
@@ -176,6 +200,7 @@ impl Cluster {
             nodes,
             network,
             disks,
+            security,
         };
         for i in 0..3 {
             c.refresh_ip(i);
@@ -248,9 +273,11 @@ impl Cluster {
         let client = reqwest::blocking::Client::new();
         let ok = wait_until(Duration::from_secs(20), || {
             self.nodes.iter().any(|n| {
-                client
-                    .post(format!("http://{}/v1/topics/{topic}", n.http()))
-                    .body(r#"{"replication_factor": 3}"#)
+                let mut post = client.post(format!("http://{}/v1/topics/{topic}", n.http()));
+                if let Some(t) = &self.security.token {
+                    post = post.bearer_auth(t);
+                }
+                post.body(r#"{"replication_factor": 3}"#)
                     .timeout(Duration::from_secs(5))
                     .send()
                     .is_ok_and(|r| r.status().is_success() || r.status().as_u16() == 409)

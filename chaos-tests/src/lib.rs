@@ -12,10 +12,14 @@
 pub mod check;
 pub mod cluster;
 pub mod disk;
+pub mod logs;
+pub mod scenario;
+pub mod security;
 pub mod workload;
 
 pub use check::{check, CheckReport};
 pub use cluster::{Cluster, Node};
+pub use security::Security;
 pub use workload::{Acked, Workload};
 
 /// Runs `docker` with `args`; its stdout, trimmed.

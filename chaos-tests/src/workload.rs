@@ -30,9 +30,11 @@ use zper_client::{
     AckMode, AdminClient, DollyClient, IdempotentOptions, IdempotentProducer, PlainProducer,
     ProducerOptions, ReaderClient,
 };
-use zper_wire::{Identity, Records};
+use zper_wire::Identity;
 
 use crate::cluster::Cluster;
+use crate::logs::messages;
+use crate::security::Security;
 
 /// Topic the producers write.
 pub const TOPIC: &str = "chaos";
@@ -79,9 +81,17 @@ pub struct Workload {
     stop: Arc<AtomicBool>,
     deadline: Instant,
     acked: Arc<Mutex<Acked>>,
-    /// The nodes' current IPs, shared with the workers.
-    pub ips: Arc<Mutex<Vec<String>>>,
+    /// The nodes' current IPs and the clients' keys, shared with the workers.
+    ips: Arc<Targets>,
     workers: Vec<JoinHandle<()>>,
+}
+
+/// Where the workers connect and what they present there.
+struct Targets {
+    /// The nodes' current IPs, index = id - 1.
+    ips: Mutex<Vec<String>>,
+    /// CURVE keys and admin token, when the cluster is secured.
+    security: Security,
 }
 
 fn identity(mode: u8, n: u64) -> Vec<u8> {
@@ -95,8 +105,16 @@ fn identity(mode: u8, n: u64) -> Vec<u8> {
 
 /// A producer for [`TOPIC`] with a known identity (`n` in its UUID) connected to `at`:
 /// 3 s for a reply, 1 s to queue a message, nothing kept after a close.
-fn producer(ctx: &zmq::Context, mode: AckMode, n: u64, at: &str) -> Option<PlainProducer> {
-    let mut opts = ProducerOptions::new(TOPIC, mode).timeout(Duration::from_secs(3));
+fn producer(
+    ctx: &zmq::Context,
+    t: &Targets,
+    mode: AckMode,
+    n: u64,
+    at: &str,
+) -> Option<PlainProducer> {
+    let mut opts = ProducerOptions::new(TOPIC, mode)
+        .timeout(Duration::from_secs(3))
+        .curve(t.security.curve.clone());
     opts.identity = Some(identity(mode.to_byte(), n));
     let p = PlainProducer::connect(ctx, &[at.to_owned()], &opts).ok()?;
     p.socket().set_linger(0).ok()?;
@@ -107,13 +125,10 @@ fn producer(ctx: &zmq::Context, mode: AckMode, n: u64, at: &str) -> Option<Plain
 impl Workload {
     /// Starts every worker; they run until [`Workload::finish`] (or [`LIMIT`] at most).
     pub fn start(cluster: &Cluster) -> Workload {
-        let ips = Arc::new(Mutex::new(
-            cluster
-                .nodes
-                .iter()
-                .map(|n| n.ip.clone())
-                .collect::<Vec<_>>(),
-        ));
+        let ips = Arc::new(Targets {
+            ips: Mutex::new(cluster.nodes.iter().map(|n| n.ip.clone()).collect()),
+            security: cluster.security.clone(),
+        });
         let stop = Arc::new(AtomicBool::new(false));
         let acked = Arc::new(Mutex::new(Acked::default()));
         let ids = Arc::new(AtomicU64::new(1));
@@ -169,7 +184,7 @@ impl Workload {
 
     /// Updates node `i`'s address for the workers.
     pub fn set_ip(&self, i: usize, ip: &str) {
-        if let Ok(mut ips) = self.ips.lock() {
+        if let Ok(mut ips) = self.ips.ips.lock() {
             ips[i] = ip.to_owned();
         }
     }
@@ -197,8 +212,9 @@ impl Workload {
     }
 }
 
-fn ip(ips: &Mutex<Vec<String>>, n: u64) -> String {
-    ips.lock()
+fn ip(ips: &Targets, n: u64) -> String {
+    ips.ips
+        .lock()
         .map(|v| v[(n % v.len() as u64) as usize].clone())
         .unwrap_or_default()
 }
@@ -209,7 +225,7 @@ fn running(stop: &AtomicBool, deadline: Instant) -> bool {
 
 /// REQ producer: one message, one reply; a timeout abandons the socket (outcome unknown).
 fn mode2(
-    ips: &Mutex<Vec<String>>,
+    ips: &Targets,
     stop: &AtomicBool,
     acked: &Mutex<Acked>,
     ids: &AtomicU64,
@@ -222,7 +238,7 @@ fn mode2(
         if p.is_none() {
             turn += 1;
             let at = format!("tcp://{}:{WRITER}", ip(ips, turn));
-            p = producer(&ctx, AckMode::PerMessage, 1_000_000 + turn, &at);
+            p = producer(&ctx, ips, AckMode::PerMessage, 1_000_000 + turn, &at);
         }
         let Some(producer) = &p else {
             std::thread::sleep(Duration::from_millis(100));
@@ -249,7 +265,7 @@ fn mode2(
 /// connection (to the next node, with the nodes' current addresses) every 20 messages, each
 /// message sent again until durable or 10 s passed; payloads are unique ids.
 fn idempotent(
-    ips: &Mutex<Vec<String>>,
+    ips: &Targets,
     stop: &AtomicBool,
     acked: &Mutex<Acked>,
     ids: &AtomicU64,
@@ -290,7 +306,7 @@ fn idempotent(
 /// returned counts as acknowledged: acks name sequences, and a sequence is stored only after
 /// every earlier one, so no ack can cover a message lost in flight.
 fn idempotent_mode1(
-    ips: &Mutex<Vec<String>>,
+    ips: &Targets,
     stop: &AtomicBool,
     acked: &Mutex<Acked>,
     ids: &AtomicU64,
@@ -321,15 +337,12 @@ fn idempotent_mode1(
 
 /// Every node's writer, starting at the `turn`-th, and an idempotent producer's options for
 /// `mode`: 1 s per attempt, 10 s per message (or flush) in all.
-fn idempotent_setup(
-    ips: &Mutex<Vec<String>>,
-    turn: u64,
-    mode: AckMode,
-) -> (Vec<String>, IdempotentOptions) {
+fn idempotent_setup(ips: &Targets, turn: u64, mode: AckMode) -> (Vec<String>, IdempotentOptions) {
     let writers = (0..3)
         .map(|k| format!("tcp://{}:{WRITER}", ip(ips, turn + k)))
         .collect();
     let mut opts = IdempotentOptions::new(TOPIC, mode);
+    opts.curve = ips.security.curve.clone();
     opts.timeout = Duration::from_secs(1);
     opts.deadline = Duration::from_secs(10);
     (writers, opts)
@@ -338,7 +351,7 @@ fn idempotent_setup(
 /// DEALER producer in mode 1: sends a window of messages, then waits for acks; an ack covers
 /// every message this connection sent up to the id it carries.
 fn mode1(
-    ips: &Mutex<Vec<String>>,
+    ips: &Targets,
     stop: &AtomicBool,
     acked: &Mutex<Acked>,
     ids: &AtomicU64,
@@ -349,7 +362,7 @@ fn mode1(
     while running(stop, deadline) {
         turn += 1;
         let at = format!("tcp://{}:{WRITER}", ip(ips, turn));
-        let Some(p) = producer(&ctx, AckMode::PerFlush, 2_000_000 + turn, &at) else {
+        let Some(p) = producer(&ctx, ips, AckMode::PerFlush, 2_000_000 + turn, &at) else {
             std::thread::sleep(Duration::from_millis(100));
             continue;
         };
@@ -431,13 +444,13 @@ fn disconnected(monitor: &zmq::Socket) -> bool {
 }
 
 /// Dolly Puts, one new key each, through every node in turn.
-fn dolly(ips: &Mutex<Vec<String>>, stop: &AtomicBool, acked: &Mutex<Acked>, deadline: Instant) {
+fn dolly(ips: &Targets, stop: &AtomicBool, acked: &Mutex<Acked>, deadline: Instant) {
     let ctx = zmq::Context::new();
     let mut n = 0u64;
     while running(stop, deadline) {
         n += 1;
         let at = format!("tcp://{}:{DOLLY}", ip(ips, n));
-        let Ok(client) = DollyClient::connect(&ctx, &at) else {
+        let Ok(client) = DollyClient::connect_with(&ctx, &at, ips.security.curve.as_ref()) else {
             continue;
         };
         for _ in 0..20 {
@@ -463,7 +476,7 @@ fn dolly(ips: &Mutex<Vec<String>>, stop: &AtomicBool, acked: &Mutex<Acked>, dead
 /// A consumer following the ack PUBs of every node: on each flush notice for [`TOPIC`] it
 /// FETCHes from its offset on the node that published it and records the ids it read. Its
 /// offset is per node (every node holds the same log, so a reconnect continues there).
-fn consumer(ips: &Mutex<Vec<String>>, stop: &AtomicBool, acked: &Mutex<Acked>, deadline: Instant) {
+fn consumer(ips: &Targets, stop: &AtomicBool, acked: &Mutex<Acked>, deadline: Instant) {
     const ACK: u16 = 5557;
     let ctx = zmq::Context::new();
     let mut offsets = [0usize; 3];
@@ -477,6 +490,7 @@ fn consumer(ips: &Mutex<Vec<String>>, stop: &AtomicBool, acked: &Mutex<Acked>, d
                 if let Some(s) = &sub {
                     let _ = s.set_linger(0);
                     let _ = s.set_subscribe(TOPIC.as_bytes());
+                    ips.security.apply(s);
                     let _ = s.connect(&format!("tcp://{ip}:{ACK}"));
                 }
                 subs[i] = (ip.clone(), sub);
@@ -490,7 +504,10 @@ fn consumer(ips: &Mutex<Vec<String>>, stop: &AtomicBool, acked: &Mutex<Acked>, d
                 continue;
             }
             let at = format!("tcp://{ip}:{READER}");
-            let Ok(r) = ReaderClient::connect(&ctx, &at, TOPIC, Duration::from_secs(3)) else {
+            let curve = ips.security.curve.as_ref();
+            let Ok(r) =
+                ReaderClient::connect_with(&ctx, &at, TOPIC, 0, Duration::from_secs(3), curve)
+            else {
                 continue;
             };
             if let Ok(Some(data)) = r.fetch(*offset as u64, 1 << 20) {
@@ -512,11 +529,11 @@ fn consumer(ips: &Mutex<Vec<String>>, stop: &AtomicBool, acked: &Mutex<Acked>, d
 
 /// Metadata writes: topic creations through every node in turn; also samples every node's
 /// view of [`TOPIC`]'s leader and epoch.
-fn topics(ips: &Mutex<Vec<String>>, stop: &AtomicBool, acked: &Mutex<Acked>, deadline: Instant) {
+fn topics(ips: &Targets, stop: &AtomicBool, acked: &Mutex<Acked>, deadline: Instant) {
     let admin = |n: u64| {
         AdminClient::new(
             &format!("{}:9644", ip(ips, n)),
-            None,
+            ips.security.token.clone(),
             Duration::from_secs(3),
         )
     };
@@ -552,44 +569,4 @@ fn topics(ips: &Mutex<Vec<String>>, stop: &AtomicBool, acked: &Mutex<Acked>, dea
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-}
-
-/// (message id, offset) of every message in a log, in order.
-pub(crate) fn messages(log: &[u8]) -> Vec<(u64, usize)> {
-    let mut out = Vec::new();
-    let mut records = Records::new(log);
-    let mut start = 0;
-    let mut first: Option<u64> = None;
-    while let Some(r) = records.next() {
-        if first.is_none() {
-            first = <[u8; 8]>::try_from(r.payload).ok().map(u64::from_be_bytes);
-        }
-        if !r.more {
-            if let Some(id) = first.take() {
-                out.push((id, start));
-            }
-            start = records.valid_bytes();
-        }
-    }
-    out
-}
-
-/// The idempotent messages of a log: ((producer id, sequence), payload id), in log order.
-pub(crate) fn idempotent_messages(log: &[u8]) -> Vec<(([u8; 16], u64), u64)> {
-    let mut out = Vec::new();
-    let mut frames: Vec<&[u8]> = Vec::new();
-    for r in Records::new(log) {
-        frames.push(r.payload);
-        if !r.more {
-            if let [id, payload] = frames[..] {
-                let id = zper_client::MessageId::from_bytes(id);
-                let payload = <[u8; 8]>::try_from(payload).ok().map(u64::from_be_bytes);
-                if let (Some(id), Some(payload)) = (id, payload) {
-                    out.push(((id.producer, id.sequence), payload));
-                }
-            }
-            frames.clear();
-        }
-    }
-    out
 }

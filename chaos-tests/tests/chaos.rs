@@ -12,133 +12,15 @@
 //! Docker daemon, root and /dev/fuse, and fail with a clear message without them; the image is
 //! built from the binary under test.
 
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use zper_chaos_tests::check::print_row;
 use zper_chaos_tests::cluster::wait_until;
 use zper_chaos_tests::disk::{flip_byte, DiskKind};
+use zper_chaos_tests::scenario::{
+    fault, scenario, scenario_secured, scenario_with, settle, SERIAL,
+};
 use zper_chaos_tests::workload::TOPIC;
-use zper_chaos_tests::{check, require_docker, Cluster, Workload};
-
-/// One scenario at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// What one fault did: how many faults it injected (a power loss of three nodes is three) and
-/// a description for the row.
-struct Fault {
-    count: usize,
-    what: String,
-}
-
-fn fault(count: usize, what: impl Into<String>) -> Option<Fault> {
-    Some(Fault {
-        count,
-        what: what.into(),
-    })
-}
-
-/// Starts a cluster on `disks` and the workload, lets it run, then up to `rounds` times
-/// applies `inject` (which heals before it returns; `None`: no more faults), waits until the cluster is healthy and
-/// acknowledging again, and finally checks everything the workload recorded. `after` runs on
-/// the healed cluster before the check (extra assertions of a scenario).
-fn scenario_with(
-    name: &str,
-    disks: [DiskKind; 3],
-    rounds: usize,
-    mut inject: impl FnMut(&mut Cluster, &Workload, usize) -> Option<Fault>,
-    after: impl FnOnce(&Cluster),
-) {
-    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    require_docker();
-    let prefix = format!("zc{}{}", std::process::id(), name.len());
-    let mut c = Cluster::start_on(&format!("{prefix}{}", &name[..3]), disks);
-    c.create_topic(TOPIC);
-    let w = Workload::start(&c);
-    assert!(
-        wait_until(Duration::from_secs(60), || w.acked_messages() >= 200),
-        "{name}: the workload gets acknowledgements before the fault"
-    );
-    let (mut faults, mut whats, mut recover) = (0, Vec::new(), Duration::ZERO);
-    for round in 0..rounds {
-        let Some(f) = inject(&mut c, &w, round) else {
-            break;
-        };
-        faults += f.count;
-        if !whats.contains(&f.what) {
-            whats.push(f.what);
-        }
-        for (i, n) in c.nodes.iter().enumerate() {
-            w.set_ip(i, &n.ip);
-        }
-        let healed = Instant::now();
-        let healthy = c.wait_healthy(Duration::from_secs(60));
-        recover = recover.max(healed.elapsed());
-        assert!(healthy, "{name}: healthy again after fault {}", round + 1);
-        let before = w.acked_messages();
-        assert!(
-            !w.expired(),
-            "{name}: the workload ran out of time ({:?}) before fault {} was over",
-            zper_chaos_tests::workload::LIMIT,
-            round + 1
-        );
-        assert!(
-            wait_until(Duration::from_secs(30), || w.acked_messages()
-                >= before + 50),
-            "{name}: writes are acknowledged again after fault {}",
-            round + 1
-        );
-    }
-    after(&c);
-    let acked = w.finish();
-    let r = check(&c, &acked);
-    print_row(name, faults, &whats.join("; "), &r, recover);
-    assert_eq!(
-        r.lost_messages, 0,
-        "{name}: acknowledged messages lost: {r:?}"
-    );
-    assert_eq!(
-        r.duplicated, 0,
-        "{name}: acknowledged messages duplicated: {r:?}"
-    );
-    assert!(r.identical_logs, "{name}: the copies differ: {r:?}");
-    assert_eq!(
-        (r.idempotent_lost, r.idempotent_duplicates),
-        (0, 0),
-        "{name}: idempotent producer's messages lost or stored twice: {r:?}"
-    );
-    assert_eq!(
-        r.lost_puts, 0,
-        "{name}: acknowledged Dolly Puts lost: {r:?}"
-    );
-    assert_eq!(
-        r.lost_topics, 0,
-        "{name}: acknowledged topics missing: {r:?}"
-    );
-    assert_eq!(r.split_epochs, 0, "{name}: two leaders in one epoch: {r:?}");
-    assert_eq!(
-        r.split_terms, 0,
-        "{name}: two Raft leaders in one term: {r:?}"
-    );
-    assert_eq!(
-        r.phantom_reads, 0,
-        "{name}: a consumer read data that is gone or moved (dirty reads): {r:?}"
-    );
-    assert!(r.consumed > 0, "{name}: the consumer read along: {r:?}");
-    assert!(r.acked_puts > 0 && r.acked_topics > 0, "{name}: {r:?}");
-}
-
-fn scenario(
-    name: &str,
-    rounds: usize,
-    inject: impl FnMut(&mut Cluster, &Workload, usize) -> Option<Fault>,
-) {
-    scenario_with(name, [DiskKind::Dir; 3], rounds, inject, |_| {});
-}
-
-fn settle() {
-    std::thread::sleep(Duration::from_secs(3));
-}
+use zper_chaos_tests::{check, require_docker, Cluster};
 
 #[test]
 fn kill9_of_the_fragment_leader() {
@@ -148,6 +30,22 @@ fn kill9_of_the_fragment_leader() {
         settle();
         c.start_again(l);
         fault(1, "kill -9 the fragment leader, restart")
+    });
+}
+
+#[test]
+fn kill9_of_the_fragment_leader_with_security_on() {
+    // Issue #19: CURVE on every endpoint (replication between the nodes included) and the
+    // admin token on Raft; the same guarantees hold through a leader's crash.
+    scenario_secured("secured-kill9-fragment-leader", 3, |c, _, _| {
+        let l = c.fragment_leader(TOPIC).expect("a fragment leader");
+        c.kill(l);
+        settle();
+        c.start_again(l);
+        fault(
+            1,
+            "kill -9 the fragment leader, restart (CURVE and token on)",
+        )
     });
 }
 
@@ -460,6 +358,46 @@ fn randomized_nemesis() {
 /// everything.
 #[test]
 fn docker_compose_up_gives_three_healthy_nodes() {
+    compose_up_and_use(&[], &[]);
+}
+
+/// Issue #19: docs/operations.md's worked example, `docker-compose.yml` with
+/// `deploy/compose.secured.yml` and keys from `zper keygen`: the host's clients use every
+/// feature with the keys and the token, and without the keys a producer gets nothing stored.
+#[test]
+fn docker_compose_with_security_on_serves_clients_that_have_the_keys() {
+    let keys = tempfile::tempdir().expect("tempdir");
+    let k = keys.path().display().to_string();
+    std::fs::create_dir(keys.path().join("clients")).expect("clients dir");
+    for name in [format!("{k}/cluster"), format!("{k}/clients/app")] {
+        let out = std::process::Command::new(zper_testkit::zper_binary())
+            .args(["keygen", &name])
+            .output()
+            .expect("zper keygen");
+        assert!(out.status.success(), "{out:?}");
+    }
+    // Readable by the container's user whatever the host's umask.
+    for f in ["cluster.key_secret", "clients/app.key"] {
+        use std::os::unix::fs::PermissionsExt;
+        let path = keys.path().join(f);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    }
+    std::fs::write(keys.path().join("token"), "compose-s3cret\n").expect("token");
+    let env = [
+        ("ZPER_KEYS", k.clone()),
+        ("ZPER_ADMIN_TOKEN", "compose-s3cret".to_owned()),
+        ("ZPER_CURVE_SERVER_KEY", format!("{k}/cluster.key")),
+        (
+            "ZPER_CURVE_SECRET_KEY_FILE",
+            format!("{k}/clients/app.key_secret"),
+        ),
+    ];
+    compose_up_and_use(&["deploy/compose.secured.yml"], &env);
+}
+
+/// `docker-compose up` of docker-compose.yml and the `overrides` (with `env`), three healthy
+/// nodes, then [`host_clients_use_every_feature`] with `env`; `down -v` at the end.
+fn compose_up_and_use(overrides: &[&str], env: &[(&str, String)]) {
     let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     require_docker();
     zper_chaos_tests::cluster::ensure_image();
@@ -467,11 +405,17 @@ fn docker_compose_up_gives_three_healthy_nodes() {
         .parent()
         .expect("workspace root")
         .to_owned();
-    let project = format!("zpercompose{}", std::process::id());
+    let project = format!("zpercompose{}{}", std::process::id(), overrides.len());
     let compose = |args: &[&str]| {
+        let mut files = vec!["-f", "docker-compose.yml"];
+        for o in overrides {
+            files.extend(["-f", o]);
+        }
         std::process::Command::new("docker-compose")
             .current_dir(&root)
             .env("ZPER_IMAGE", "zper:chaos")
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .args(files)
             .args(["-p", &project])
             .args(args)
             .output()
@@ -501,16 +445,17 @@ fn docker_compose_up_gives_three_healthy_nodes() {
     });
     assert!(healthy, "three healthy nodes: {status}");
     assert!(status.contains("voters 1,2,3"), "{status}");
-    host_clients_use_every_feature();
+    host_clients_use_every_feature(env);
 }
 
 /// Issue #15: from the host, against the compose cluster's published ports only: create a
 /// topic of three fragments, produce, consume every fragment, subscribe (the relays named by
 /// the controller are the nodes' published ones), a consistent read through a follower's
 /// published HTTP port, Dolly on node 2's published port.
-fn host_clients_use_every_feature() {
+fn host_clients_use_every_feature(env: &[(&str, String)]) {
     let zper = |args: &[&str]| {
         let out = std::process::Command::new(zper_testkit::zper_binary())
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .args(args)
             .output()
             .expect("run zper");
@@ -545,6 +490,24 @@ fn host_clients_use_every_feature() {
     args.extend(messages.iter().map(String::as_str));
     let (ok, _, err) = zper(&args);
     assert!(ok, "produce from the host: {err}");
+    let secured = env.iter().any(|(k, _)| *k == "ZPER_CURVE_SERVER_KEY");
+    if secured {
+        // Without the keys (plain ZMTP to a CURVE writer) nothing is acknowledged.
+        let out = std::process::Command::new(zper_testkit::zper_binary())
+            .args([
+                "produce",
+                "-t",
+                "hostc",
+                "-w",
+                "tcp://127.0.0.1:5555",
+                "-m",
+                "2",
+            ])
+            .args(["--timeout", "2s", "stranger"])
+            .output()
+            .expect("run zper");
+        assert!(!out.status.success(), "a producer without keys: {out:?}");
+    }
     // A replica's readers see the high-water mark as of its last fetch: wait for the last one.
     let mut last = String::new();
     let all = wait_until(Duration::from_secs(30), || {
@@ -581,8 +544,16 @@ fn host_clients_use_every_feature() {
         30,
         "30 records pushed to the host: {out}\n{err}"
     );
-    let (s, body) = zper_testkit::http("PUT", admin, "/v1/kv/hostkey", Some("v1")).expect("kv put");
-    assert_eq!(s, 200, "{body}");
+    let token = env.iter().find(|(k, _)| *k == "ZPER_ADMIN_TOKEN");
+    let mut put = reqwest::blocking::Client::new()
+        .put(format!("http://{admin}/v1/kv/hostkey"))
+        .body("v1")
+        .timeout(Duration::from_secs(10));
+    if let Some((_, t)) = token {
+        put = put.bearer_auth(t);
+    }
+    let r = put.send().expect("kv put");
+    assert_eq!(r.status().as_u16(), 200, "{:?}", r.text());
     for http in ["127.0.0.1:19644", "127.0.0.1:29644"] {
         let (s, body) = zper_testkit::http("GET", http, "/v1/kv/hostkey?consistent=true", None)
             .expect("answer");

@@ -20,8 +20,9 @@ pub struct Cli {
     /// (subscribe prints text).
     #[arg(long, global = true)]
     pub json: bool,
-    /// The node's CURVE public key (40 Z85 characters, or its NAME.key file) when its writer and
-    /// reader require CURVE (`curve.secret_key_file`); with --curve-secret-key-file.
+    /// The node's CURVE public key (40 Z85 characters, or its NAME.key file) when its
+    /// endpoints require CURVE (`curve.secret_key_file`): produce, consume, subscribe, dolly
+    /// and perf use it; with --curve-secret-key-file.
     #[arg(
         long,
         global = true,

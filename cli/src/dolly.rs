@@ -86,7 +86,7 @@ pub fn resolve(t: &DollyTarget, targets: &Endpoints) -> Result<String> {
 pub fn run(command: DollyCommand, target: &DollyTarget, targets: &Endpoints) -> Result<()> {
     let at = resolve(target, targets)?;
     let ctx = zmq::Context::new();
-    let client = DollyClient::connect(&ctx, &at)?;
+    let client = DollyClient::connect_with(&ctx, &at, targets.curve.as_ref())?;
     match command {
         DollyCommand::Put { key, value } => {
             match client.put(key.as_bytes(), value.as_bytes(), target.timeout)? {

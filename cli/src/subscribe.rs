@@ -101,6 +101,7 @@ pub fn run(args: SubscribeArgs, targets: &Endpoints) -> Result<()> {
     opts.flush_ms = flush_ms;
     opts.window = args.window;
     opts.timeout = args.timeout;
+    opts.curve = targets.curve.clone();
     let mut sub = Subscriber::subscribe(opts).with_context(|| {
         format!(
             "subscribing to {} as {}/{} through {}",

@@ -72,6 +72,16 @@ impl ClientCurve {
         Ok(ClientCurve { server_key, keys })
     }
 
+    /// Makes `socket` a CURVE client with these keys (before it connects), as
+    /// [`ClientCurve::apply`] with libzmq's error.
+    ///
+    /// Errors: libzmq refused the keys (built without CURVE).
+    pub fn set_on(&self, socket: &zmq::Socket) -> Result<(), zmq::Error> {
+        socket.set_curve_serverkey(&self.server_key)?;
+        socket.set_curve_publickey(&self.keys.public())?;
+        socket.set_curve_secretkey(&self.keys.secret())
+    }
+
     /// Makes `socket` a CURVE client with these keys (before it connects).
     ///
     /// Errors: libzmq refused the keys, which happens when it was built without CURVE.

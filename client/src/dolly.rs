@@ -32,9 +32,24 @@ impl DollyClient {
     ///
     /// Errors: libzmq refusing the endpoint.
     pub fn connect(ctx: &zmq::Context, endpoint: &str) -> Result<Self, ClientError> {
+        Self::connect_with(ctx, endpoint, None)
+    }
+
+    /// As [`DollyClient::connect`], as a CURVE client with `curve` when it is set (a node
+    /// whose `curve.endpoints` names dolly).
+    ///
+    /// Errors: libzmq refusing the endpoint or the keys.
+    pub fn connect_with(
+        ctx: &zmq::Context,
+        endpoint: &str,
+        curve: Option<&crate::ClientCurve>,
+    ) -> Result<Self, ClientError> {
         let z = |what| ClientError::zmq(what, endpoint);
         let socket = ctx.socket(zmq::DEALER).map_err(z("socket for Dolly"))?;
         socket.set_linger(0).map_err(z("linger"))?;
+        if let Some(curve) = curve {
+            curve.apply(&socket, endpoint)?;
+        }
         socket.connect(endpoint).map_err(z("connect to"))?;
         Ok(DollyClient {
             socket,

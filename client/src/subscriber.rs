@@ -43,6 +43,9 @@ pub struct SubscriberOptions {
     /// Deliver batches as stored bytes ([`Event::RawBatch`]) instead of split messages: no
     /// per-message allocation, for consumers that parse records themselves (the perf tool).
     pub raw: bool,
+    /// CURVE keys for the controllers and relays, when the nodes require CURVE there
+    /// (`curve.endpoints`, issue #19).
+    pub curve: Option<crate::ClientCurve>,
 }
 
 impl SubscriberOptions {
@@ -58,6 +61,7 @@ impl SubscriberOptions {
             window: 1000,
             timeout: Duration::from_secs(10),
             raw: false,
+            curve: None,
         }
     }
 }
@@ -151,6 +155,9 @@ impl Subscriber {
         // is skipped instead of holding a request forever.
         controller.set_immediate(true)?;
         controller.set_sndtimeo(opts.timeout.as_millis() as i32)?;
+        if let Some(curve) = &opts.curve {
+            curve.set_on(&controller)?;
+        }
         for c in &opts.controllers {
             controller.connect(c)?;
         }
@@ -274,6 +281,9 @@ impl Subscriber {
         if !self.relays.contains_key(endpoint) {
             let s = self.ctx.socket(zmq::DEALER)?;
             s.set_linger(0)?;
+            if let Some(curve) = &self.opts.curve {
+                curve.set_on(&s)?;
+            }
             s.connect(endpoint)?;
             self.relays.insert(endpoint.to_owned(), s);
         }

@@ -44,13 +44,14 @@ pub(crate) struct NodeContext {
     pub(crate) curve: CurveEndpoints,
 }
 
-/// The CURVE setting of each endpoint of zper's own ZMTP engine.
+/// CURVE on the node's endpoints (issue #19): the node's key pair and client keys when CURVE
+/// is on, and the endpoints that require it.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct CurveEndpoints {
-    /// The writer's.
-    pub(crate) writer: Option<crate::zmtp::security::CurveEndpoint>,
-    /// The reader's.
-    pub(crate) reader: Option<crate::zmtp::security::CurveEndpoint>,
+    /// The keys; `None` when CURVE is off.
+    keys: Option<crate::zmtp::security::CurveEndpoint>,
+    /// The endpoints that require CURVE (`curve.endpoints`).
+    on: Vec<crate::config::CurveEndpointName>,
 }
 
 impl CurveEndpoints {
@@ -61,7 +62,6 @@ impl CurveEndpoints {
     pub(crate) fn load(
         settings: &crate::config::CurveSettings,
     ) -> Result<Self, crate::zmtp::security::SecurityError> {
-        use crate::config::CurveEndpointName as E;
         use crate::zmtp::security::{read_secret_key, ClientKeys, CurveEndpoint};
         let Some(path) = &settings.secret_key_file else {
             return Ok(CurveEndpoints::default());
@@ -79,9 +79,72 @@ impl CurveEndpoints {
             "CURVE on"
         );
         Ok(CurveEndpoints {
-            writer: settings.on(E::Writer).then(|| endpoint.clone()),
-            reader: settings.on(E::Reader).then_some(endpoint),
+            keys: Some(endpoint),
+            on: settings.endpoints.clone(),
         })
+    }
+
+    /// The keys of `endpoint` when it requires CURVE.
+    pub(crate) fn get(
+        &self,
+        endpoint: crate::config::CurveEndpointName,
+    ) -> Option<&crate::zmtp::security::CurveEndpoint> {
+        self.keys.as_ref().filter(|_| self.on.contains(&endpoint))
+    }
+
+    /// The writer's keys (zper's own engine), when it requires CURVE.
+    pub(crate) fn writer(&self) -> Option<crate::zmtp::security::CurveEndpoint> {
+        self.get(crate::config::CurveEndpointName::Writer).cloned()
+    }
+
+    /// The reader's keys (zper's own engine), when it requires CURVE.
+    pub(crate) fn reader(&self) -> Option<crate::zmtp::security::CurveEndpoint> {
+        self.get(crate::config::CurveEndpointName::Reader).cloned()
+    }
+
+    /// The ZAP policy (any CURVE endpoint on libzmq asks it), when CURVE is on.
+    pub(crate) fn zap_policy(&self) -> Option<crate::zmtp::zap::ZapPolicy> {
+        self.keys.as_ref().map(|k| crate::zmtp::zap::ZapPolicy {
+            clients: k.clients.clone(),
+            cluster: k.keys.public(),
+        })
+    }
+
+    /// Makes the libzmq `socket`, before it binds, a CURVE server of `endpoint` when that
+    /// endpoint requires CURVE: the node's secret key, and the ZAP domain that authorises its
+    /// clients (replication: the cluster's key only; the others: `curve.clients` too).
+    ///
+    /// Errors: libzmq refused an option (a libzmq built without CURVE).
+    pub(crate) fn serve(
+        &self,
+        endpoint: crate::config::CurveEndpointName,
+        socket: &zmq::Socket,
+    ) -> Result<(), zmq::Error> {
+        use crate::zmtp::zap::{CLIENTS_DOMAIN, CLUSTER_DOMAIN};
+        let Some(k) = self.get(endpoint) else {
+            return Ok(());
+        };
+        socket.set_curve_server(true)?;
+        socket.set_curve_secretkey(&k.keys.secret())?;
+        socket.set_zap_domain(match endpoint {
+            crate::config::CurveEndpointName::Replication => CLUSTER_DOMAIN,
+            _ => CLIENTS_DOMAIN,
+        })
+    }
+
+    /// Makes the libzmq `socket`, before it connects to a peer node's `endpoint`, that
+    /// endpoint's CURVE client (with the cluster's key pair) when it requires CURVE.
+    ///
+    /// Errors: libzmq refused an option.
+    pub(crate) fn connect_to_peer(
+        &self,
+        endpoint: crate::config::CurveEndpointName,
+        socket: &zmq::Socket,
+    ) -> Result<(), zmq::Error> {
+        match self.get(endpoint) {
+            Some(k) => k.apply_to_peer_link(socket),
+            None => Ok(()),
+        }
     }
 }
 

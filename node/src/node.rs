@@ -48,28 +48,34 @@ struct Bound {
 }
 
 impl Bound {
-    /// Binds every endpoint of `config`.
-    fn bind(zmq: &zmq::Context, config: &NodeConfig) -> Result<(Bound, Endpoints), NodeError> {
+    /// Binds every endpoint of `config`, as a CURVE server where `curve` requires it.
+    fn bind(
+        zmq: &zmq::Context,
+        config: &NodeConfig,
+        curve: &crate::context::CurveEndpoints,
+    ) -> Result<(Bound, Endpoints), NodeError> {
+        use crate::config::CurveEndpointName::Dolly;
         let bound = Bound {
-            writer: produce::bind(zmq, config)?,
-            reader: fetch::bind(zmq, config)?,
-            ack: ack::bind(zmq, config)?,
-            controller: control::controller::bind(zmq, config)?,
-            replica: replication::bind(zmq, config)?,
-            relay: relay::bind(zmq, config)?,
-            dolly: dolly::bind(zmq, config)?,
+            writer: produce::bind(zmq, config, curve)?,
+            reader: fetch::bind(zmq, config, curve)?,
+            ack: ack::bind(zmq, config, curve)?,
+            controller: control::controller::bind(zmq, config, curve)?,
+            replica: replication::bind(zmq, config, curve)?,
+            relay: relay::bind(zmq, config, curve)?,
+            dolly: dolly::bind(zmq, config, curve)?,
             // Served by every node from its applied state (issue #16).
-            dolly_updates: crate::context::bind(
-                zmq,
-                zmq::PUB,
-                &config.dolly_updates_bind,
-                dolly::observers::updates_options,
-            )?,
+            dolly_updates: crate::context::bind(zmq, zmq::PUB, &config.dolly_updates_bind, |s| {
+                curve.serve(Dolly, s)?;
+                dolly::observers::updates_options(s)
+            })?,
             dolly_snapshots: crate::context::bind(
                 zmq,
                 zmq::ROUTER,
                 &config.dolly_snapshots_bind,
-                dolly::observers::snapshots_options,
+                |s| {
+                    curve.serve(Dolly, s)?;
+                    dolly::observers::snapshots_options(s)
+                },
             )?,
         };
         let endpoints = Endpoints {
@@ -111,7 +117,18 @@ impl Node {
         zmq.set_io_threads(config.io_threads)?;
         let counters = Arc::new(Counters::default());
         let shutdown = Shutdown::default();
-        let (bound, mut endpoints) = Bound::bind(&zmq, config)?;
+        let shutdown_flag = shutdown.flag();
+        // The ZAP handler first: libzmq admits any key while none is bound (RFC 27).
+        let zap = match curve.zap_policy() {
+            Some(policy) => Some(crate::zmtp::zap::spawn(
+                crate::zmtp::zap::bind(&zmq)?,
+                policy,
+                counters.clone(),
+                shutdown_flag,
+            )?),
+            None => None,
+        };
+        let (bound, mut endpoints) = Bound::bind(&zmq, config, &curve)?;
         let member =
             crate::membership::Member::start(config, &endpoints, counters.clone(), store.clone())?;
         endpoints.http = member.http.clone();
@@ -129,13 +146,14 @@ impl Node {
             shutdown: shutdown.clone(),
             curve,
         };
-        let mut threads =
-            vec![view
-                .spawn_refresher(member.node(), nc.stop())
+        let mut threads: Vec<_> = zap.into_iter().collect();
+        threads.push(
+            view.spawn_refresher(member.node(), nc.stop())
                 .map_err(|source| NodeError::Thread {
                     name: "zper-placement".into(),
                     source,
-                })?];
+                })?,
+        );
         // Sockets in crate::metrics::ENDPOINTS order.
         // zper's own writer and reader engines count their connections themselves.
         let writer_router = match &bound.writer {

@@ -1,24 +1,56 @@
-//! The `curve.*` keys (issue #19): CurveZMQ (RFC 26) on the endpoints zper's own ZMTP engine
-//! serves (writer and reader). Off unless `curve.secret_key_file` is set.
+//! The `curve.*` keys (issue #19): CurveZMQ (RFC 26) on the node's ZMQ endpoints, every one of
+//! them unless `curve.endpoints` names fewer. Off unless `curve.secret_key_file` is set.
 
 use super::*;
 
 /// An endpoint that can require CURVE.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum CurveEndpointName {
     /// The writer (ROUTER :5555).
     Writer,
     /// The reader (ROUTER :5556).
     Reader,
+    /// The ack publisher (PUB :5557).
+    Ack,
+    /// The controller (ROUTER :5558).
+    Controller,
+    /// The relay (ROUTER :5559), which peer nodes also use.
+    Relay,
+    /// Replication (ROUTER :5560): only cluster members (the node's own key pair, which
+    /// every node of a cluster shares) may fetch or report progress.
+    Replication,
+    /// Dolly's requests, updates and snapshots (3266, 3264, 3265).
+    Dolly,
 }
 
 impl CurveEndpointName {
+    /// Every endpoint, the default of `curve.endpoints`.
+    pub const ALL: [CurveEndpointName; 7] = [
+        CurveEndpointName::Writer,
+        CurveEndpointName::Reader,
+        CurveEndpointName::Ack,
+        CurveEndpointName::Controller,
+        CurveEndpointName::Relay,
+        CurveEndpointName::Replication,
+        CurveEndpointName::Dolly,
+    ];
+
     /// The name in `curve.endpoints`.
     pub fn as_str(self) -> &'static str {
         match self {
             CurveEndpointName::Writer => "writer",
             CurveEndpointName::Reader => "reader",
+            CurveEndpointName::Ack => "ack",
+            CurveEndpointName::Controller => "controller",
+            CurveEndpointName::Relay => "relay",
+            CurveEndpointName::Replication => "replication",
+            CurveEndpointName::Dolly => "dolly",
         }
+    }
+
+    /// The endpoint called `name` in `curve.endpoints`.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|e| e.as_str() == name)
     }
 }
 
@@ -32,7 +64,7 @@ pub struct CurveSettings {
     /// file of keys, re-read while the node runs); `None` with `curve.clients = *`: any
     /// client key (encryption without authorisation).
     pub clients: Option<PathBuf>,
-    /// The endpoints that require CURVE (`curve.endpoints`, default `writer,reader`).
+    /// The endpoints that require CURVE (`curve.endpoints`, default all of them).
     pub endpoints: Vec<CurveEndpointName>,
 }
 
@@ -43,15 +75,12 @@ impl CurveSettings {
     }
 }
 
-/// Reads the `curve.*` keys; `writer_libzmq`/`reader_libzmq` say whether those endpoints run
-/// on libzmq (`writer.engine = libzmq`), where zper does not set CURVE up.
+/// Reads the `curve.*` keys. zper's own engine runs CURVE on the writer and reader; libzmq
+/// (built with libsodium) runs it on the others, and on the writer and reader under
+/// `writer.engine`/`reader.engine = libzmq`, authorising keys through ZAP (RFC 27).
 ///
-/// Errors: a half-set configuration, an unknown endpoint name, CURVE asked of a libzmq engine.
-pub(super) fn curve_settings(
-    map: &HashMap<String, String>,
-    writer_libzmq: bool,
-    reader_libzmq: bool,
-) -> Result<CurveSettings, ConfigError> {
+/// Errors: a half-set configuration, an unknown endpoint name, an empty list.
+pub(super) fn curve_settings(map: &HashMap<String, String>) -> Result<CurveSettings, ConfigError> {
     let get = |k: &str| {
         map.get(k)
             .map(|v| v.trim().to_owned())
@@ -87,37 +116,86 @@ pub(super) fn curve_settings(
         Some("*") => None,
         Some(path) => Some(PathBuf::from(path)),
     };
-    let list = endpoints.unwrap_or_else(|| "writer,reader".into());
+    let all = CurveEndpointName::ALL
+        .map(CurveEndpointName::as_str)
+        .join(",");
+    let list = endpoints.unwrap_or_else(|| all.clone());
     for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-        let e = match name {
-            "writer" => CurveEndpointName::Writer,
-            "reader" => CurveEndpointName::Reader,
-            _ => {
-                return Err(bad(
-                    "curve.endpoints",
-                    name,
-                    "a comma-separated list of writer and reader (the endpoints zper's own ZMTP engine serves)",
-                ))
-            }
+        let Some(e) = CurveEndpointName::parse(name) else {
+            return Err(bad(
+                "curve.endpoints",
+                name,
+                format!("a comma-separated list of {all}"),
+            ));
         };
         if !c.endpoints.contains(&e) {
             c.endpoints.push(e);
         }
     }
-    for (e, libzmq, key) in [
-        (CurveEndpointName::Writer, writer_libzmq, "writer.engine"),
-        (CurveEndpointName::Reader, reader_libzmq, "reader.engine"),
-    ] {
-        if libzmq && c.endpoints.contains(&e) {
-            return Err(bad(
-                key,
-                "libzmq",
-                format!(
-                    "zmtp while curve.endpoints names {} (CURVE runs in zper's own engine)",
-                    e.as_str()
-                ),
-            ));
-        }
+    if c.endpoints.is_empty() {
+        return Err(bad(
+            "curve.endpoints",
+            &list,
+            format!("at least one of {all} (leave curve.secret_key_file unset to turn CURVE off)"),
+        ));
     }
     Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(pairs: &[(&str, &str)]) -> Result<CurveSettings, ConfigError> {
+        let map = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        curve_settings(&map)
+    }
+
+    #[test]
+    fn curve_is_off_without_a_key_and_on_every_endpoint_by_default() {
+        assert_eq!(settings(&[]).expect("off"), CurveSettings::default());
+        let on = settings(&[
+            ("curve.secret_key_file", "/k/node.key_secret"),
+            ("curve.clients", "*"),
+        ])
+        .expect("on");
+        assert_eq!(on.endpoints, CurveEndpointName::ALL.to_vec());
+        assert!(on.clients.is_none());
+        assert!(on.on(CurveEndpointName::Replication));
+    }
+
+    #[test]
+    fn curve_endpoints_choose_some_and_refuse_unknown_names_and_half_settings() {
+        let some = settings(&[
+            ("curve.secret_key_file", "/k/node.key_secret"),
+            ("curve.clients", "/k/clients"),
+            ("curve.endpoints", "replication, writer,writer"),
+        ])
+        .expect("some");
+        assert_eq!(
+            some.endpoints,
+            vec![CurveEndpointName::Replication, CurveEndpointName::Writer]
+        );
+        assert!(!some.on(CurveEndpointName::Reader));
+        for bad_set in [
+            vec![
+                ("curve.secret_key_file", "/k/s"),
+                ("curve.clients", "*"),
+                ("curve.endpoints", "writer,raft"),
+            ],
+            vec![
+                ("curve.secret_key_file", "/k/s"),
+                ("curve.clients", "*"),
+                ("curve.endpoints", " , "),
+            ],
+            vec![("curve.secret_key_file", "/k/s")],
+            vec![("curve.clients", "*")],
+        ] {
+            let e = settings(&bad_set).expect_err("refused");
+            assert!(e.to_string().contains("curve."), "{e}");
+        }
+    }
 }

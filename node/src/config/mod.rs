@@ -242,7 +242,7 @@ pub struct NodeConfig {
     pub idempotence_max_producers: usize,
     /// Cluster (Raft metadata group) settings.
     pub cluster: ClusterSettings,
-    /// CURVE on the writer and reader endpoints (`curve.*`, issue #19).
+    /// CURVE on the node's ZMQ endpoints (`curve.*`, issue #19).
     pub curve: CurveSettings,
     /// Keys that were present but are unknown (reported as warnings).
     pub unknown_keys: Vec<String>,
@@ -379,11 +379,7 @@ impl NodeConfig {
             Duration::from_millis(millis(map, "idempotence.window", 120_000, 1)?);
         c.idempotence_max_producers = num(map, "idempotence.max_producers", 1024, 1)? as usize;
         c.cluster = cluster_settings(map)?;
-        c.curve = curve_settings(
-            map,
-            c.writer_engine == WriterEngine::Libzmq,
-            c.reader_engine == ReaderEngine::Libzmq,
-        )?;
+        c.curve = curve_settings(map)?;
         // peers.json (Dolly's own config, `dolly.md` §2) gives this node's Dolly ports; the
         // dolly.*.bind keys, when present, win.
         if let Some(path) = get("dolly.peers") {

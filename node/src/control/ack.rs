@@ -46,8 +46,11 @@ pub const NOTICE_QUEUE: usize = 10_000;
 pub(crate) fn bind(
     zmq: &zmq::Context,
     config: &crate::config::NodeConfig,
+    curve: &crate::context::CurveEndpoints,
 ) -> Result<zmq::Socket, NodeError> {
-    crate::context::bind(zmq, zmq::PUB, &config.ack_bind, |_| Ok(()))
+    crate::context::bind(zmq, zmq::PUB, &config.ack_bind, |a| {
+        curve.serve(crate::config::CurveEndpointName::Ack, a)
+    })
 }
 
 /// Starts the ack PUB thread and returns the sending end of its notice queue; the thread ends

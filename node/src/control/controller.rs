@@ -108,8 +108,13 @@ pub const SUBSCRIPTIONS_IN_PROGRESS: usize = 1024;
 /// Creates and binds the controller ROUTER (`controller.bind`).
 ///
 /// Errors: [`NodeError::Bind`] (address in use, bad endpoint), or a zmq option refused.
-pub(crate) fn bind(zmq: &zmq::Context, config: &NodeConfig) -> Result<zmq::Socket, NodeError> {
+pub(crate) fn bind(
+    zmq: &zmq::Context,
+    config: &NodeConfig,
+    curve: &crate::context::CurveEndpoints,
+) -> Result<zmq::Socket, NodeError> {
     crate::context::bind(zmq, zmq::ROUTER, &config.controller_bind, |c| {
+        curve.serve(crate::config::CurveEndpointName::Controller, c)?;
         c.set_router_mandatory(true)
     })
 }

@@ -225,8 +225,13 @@ fn refuse_busy(router: &zmq::Socket, ctx: &Shared, routing_id: &[u8], key: &[u8]
 /// Creates and binds the Dolly requests ROUTER (`dolly.requests.bind`, default 3266).
 ///
 /// Errors: [`NodeError::Bind`] (address in use, bad endpoint), or a zmq option refused.
-pub(crate) fn bind(zmq: &zmq::Context, config: &NodeConfig) -> Result<zmq::Socket, NodeError> {
+pub(crate) fn bind(
+    zmq: &zmq::Context,
+    config: &NodeConfig,
+    curve: &crate::context::CurveEndpoints,
+) -> Result<zmq::Socket, NodeError> {
     crate::context::bind(zmq, zmq::ROUTER, &config.dolly_requests_bind, |d| {
+        curve.serve(crate::config::CurveEndpointName::Dolly, d)?;
         d.set_router_mandatory(true)
     })
 }

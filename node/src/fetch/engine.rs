@@ -98,7 +98,7 @@ pub(crate) fn spawn(listener: TcpListener, nc: &NodeContext) -> Result<JoinHandl
         let remote = Some(Remote::new(
             nc.zmq.clone(),
             nc.view.clone(),
-            nc.curve.reader.clone(),
+            nc.curve.reader(),
         ));
         workers.push(crate::context::spawn(
             &format!("zper-reader-{i}"),
@@ -138,7 +138,7 @@ pub(crate) fn spawn(listener: TcpListener, nc: &NodeContext) -> Result<JoinHandl
         stop: nc.stop(),
         max_connections: MAX_CONNECTIONS,
         idle_eviction: IDLE_EVICTION,
-        curve: nc.curve.reader.clone(),
+        curve: nc.curve.reader(),
     };
     crate::context::spawn("zper-reader", move || engine.run(poll, jobs, done, workers))
 }
@@ -332,6 +332,11 @@ impl ReaderEngine {
 
     fn accept(&mut self, poll: &Poll, clients: &mut Clients) {
         while let Some(stream) = peers::next_stream(&self.listener, "reader") {
+            let remote = stream.peer_addr().ok().map(|a| a.ip());
+            if peers::too_many_handshakes(clients.by_token.values().map(|c| &c.conn), remote) {
+                Counters::add(&self.counters.zmtp_refused_connections, 1);
+                continue; // dropped: closed
+            }
             if clients.by_token.len() >= self.max_connections && !self.evict_idle(poll, clients) {
                 Counters::add(&self.counters.zmtp_refused_connections, 1);
                 continue; // dropped: closed

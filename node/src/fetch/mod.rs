@@ -128,21 +128,30 @@ impl ReaderSocket {
 ///
 /// Errors: [`NodeError::Bind`] / [`NodeError::Listen`] (address in use, bad endpoint), or a
 /// zmq option refused.
-pub(crate) fn bind(zmq: &zmq::Context, config: &NodeConfig) -> Result<ReaderSocket, NodeError> {
+pub(crate) fn bind(
+    zmq: &zmq::Context,
+    config: &NodeConfig,
+    curve: &crate::context::CurveEndpoints,
+) -> Result<ReaderSocket, NodeError> {
     match config.reader_engine {
         ReaderEngine::Zmtp => {
             let (listener, bound) = crate::zmtp::listener::bind(&config.reader_bind)?;
             Ok(ReaderSocket::Engine(listener, bound))
         }
-        ReaderEngine::Libzmq => bind_router(zmq, config).map(ReaderSocket::Router),
+        ReaderEngine::Libzmq => bind_router(zmq, config, curve).map(ReaderSocket::Router),
     }
 }
 
 /// Creates and binds the reader ROUTER (`reader.bind`).
 ///
 /// Errors: [`NodeError::Bind`] (address in use, bad endpoint), or a zmq option refused.
-fn bind_router(zmq: &zmq::Context, config: &NodeConfig) -> Result<zmq::Socket, NodeError> {
+fn bind_router(
+    zmq: &zmq::Context,
+    config: &NodeConfig,
+    curve: &crate::context::CurveEndpoints,
+) -> Result<zmq::Socket, NodeError> {
     crate::context::bind(zmq, zmq::ROUTER, &config.reader_bind, |r| {
+        curve.serve(crate::config::CurveEndpointName::Reader, r)?;
         r.set_router_mandatory(true)?;
         // A reconnecting consumer takes its identity over instead of hanging behind a
         // half-open connection (the original reader had no handover, spec §2).
@@ -179,7 +188,7 @@ pub(crate) fn spawn(socket: ReaderSocket, nc: &NodeContext) -> Result<Reader, No
         let remote = Some(Remote::new(
             nc.zmq.clone(),
             nc.view.clone(),
-            nc.curve.reader.clone(),
+            nc.curve.reader(),
         ));
         let budget = nc.memory.clone();
         handles.push(crate::context::spawn(

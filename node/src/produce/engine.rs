@@ -276,6 +276,11 @@ impl EngineFront {
 
     fn accept(&mut self, poll: &Poll, clients: &mut Clients) {
         while let Some(stream) = peers::next_stream(&self.listener, "writer") {
+            let remote = stream.peer_addr().ok().map(|a| a.ip());
+            if peers::too_many_handshakes(clients.by_token.values().map(|c| &c.conn), remote) {
+                Counters::add(&self.counters.zmtp_refused_connections, 1);
+                continue; // dropped: closed
+            }
             if clients.by_token.len() >= self.max_connections && !self.evict_idle(poll, clients) {
                 Counters::add(&self.counters.zmtp_refused_connections, 1);
                 continue; // dropped: closed

@@ -54,17 +54,21 @@ fn front(
 
 /// A ZMTP/2.0 DEALER handshake (spec §2) for `identity`; the server's 14 bytes are read.
 fn connect(addr: std::net::SocketAddr, identity: &[u8]) -> std::net::TcpStream {
-    let mut s = std::net::TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(30)))
-        .expect("timeout");
+    try_connect(addr, identity).expect("handshake")
+}
+
+/// As [`connect`]; `None` when the server closed the connection instead.
+fn try_connect(addr: std::net::SocketAddr, identity: &[u8]) -> Option<std::net::TcpStream> {
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
     let mut hello = vec![0xff];
     hello.extend_from_slice(&(identity.len() as u64 + 1).to_be_bytes());
     hello.extend_from_slice(&[0x7f, 0x01, 0x05, 0x00, identity.len() as u8]);
     hello.extend_from_slice(identity);
-    s.write_all(&hello).expect("greeting");
+    s.write_all(&hello).ok()?;
     let mut server = [0u8; 14];
-    s.read_exact(&mut server).expect("server greeting");
-    s
+    s.read_exact(&mut server).ok()?;
+    Some(s)
 }
 
 #[test]
@@ -189,6 +193,85 @@ fn at_the_connection_limit_with_none_idle_long_enough_a_new_connection_is_refuse
         .recv_timeout(Duration::from_secs(30))
         .expect("batch");
     assert_eq!(batch.bytes, [0x00, 1, b'k']);
+    stop.store(true, Ordering::Relaxed);
+    drop(batches);
+    thread.join().expect("front");
+}
+
+/// A TCP connection to `addr` from the local address `from` (another loopback address).
+fn connect_from(from: &str, addr: std::net::SocketAddr) -> std::net::TcpStream {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .expect("runtime");
+    let stream = rt.block_on(async {
+        let s = tokio::net::TcpSocket::new_v4().expect("socket");
+        s.bind(format!("{from}:0").parse().expect("addr"))
+            .expect("bind");
+        s.connect(addr).await.expect("connect")
+    });
+    let std = stream.into_std().expect("std");
+    std.set_nonblocking(false).expect("blocking");
+    std
+}
+
+#[test]
+fn one_address_cannot_hold_more_than_its_share_of_connections_in_handshake() {
+    // Attack finding: half-open handshakes from one host held every slot until the handshake
+    // timeout. Past MAX_HANDSHAKES_PER_ADDRESS from one address, new ones are closed; another
+    // address, and the first once its handshakes are done, are served.
+    let ctx = zmq::Context::new();
+    let (addr, batches, _push, stop, thread) = front(&ctx, 4096, Duration::from_secs(3600));
+    let limit = crate::zmtp::peers::MAX_HANDSHAKES_PER_ADDRESS;
+    // Accepted in order: by the time the next one is taken, these all wait in their handshake.
+    let silent: Vec<std::net::TcpStream> = (0..limit)
+        .map(|_| std::net::TcpStream::connect(addr).expect("connect"))
+        .collect();
+    let mut one_more = std::net::TcpStream::connect(addr).expect("connect");
+    one_more
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    assert!(closed(&mut one_more), "one handshake too many was kept");
+    // Another address is served meanwhile.
+    let id = zper_wire::Identity::new("other", 0, &[2u8; 16])
+        .expect("identity")
+        .to_bytes();
+    let mut other = connect_from("127.0.0.2", addr);
+    other
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let mut hello = vec![0xff];
+    hello.extend_from_slice(&(id.len() as u64 + 1).to_be_bytes());
+    hello.extend_from_slice(&[0x7f, 0x01, 0x05, 0x00, id.len() as u8]);
+    hello.extend_from_slice(&id);
+    other.write_all(&hello).expect("greeting");
+    let mut server = [0u8; 14];
+    other.read_exact(&mut server).expect("server greeting");
+    other.write_all(&[0x00, 1, b'o']).expect("message");
+    let batch = batches
+        .recv_timeout(Duration::from_secs(30))
+        .expect("batch");
+    assert_eq!(batch.bytes, [0x00, 1, b'o']);
+    // Once the silent ones are gone, the first address is served again.
+    drop(silent);
+    let id = zper_wire::Identity::new("back", 0, &[3u8; 16])
+        .expect("identity")
+        .to_bytes();
+    let mut back = None;
+    for _ in 0..200 {
+        if let Some(mut s) = try_connect(addr, &id) {
+            if s.write_all(&[0x00, 1, b'b']).is_ok() {
+                back = Some(s);
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(back.is_some(), "the first address was not served again");
+    let batch = batches
+        .recv_timeout(Duration::from_secs(30))
+        .expect("batch");
+    assert_eq!(batch.bytes, [0x00, 1, b'b']);
     stop.store(true, Ordering::Relaxed);
     drop(batches);
     thread.join().expect("front");

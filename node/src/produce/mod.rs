@@ -237,13 +237,17 @@ impl WriterSocket {
 ///
 /// Errors: [`NodeError::Bind`] / [`NodeError::Listen`] (address in use, bad endpoint), or a
 /// zmq option refused.
-pub(crate) fn bind(zmq: &zmq::Context, config: &NodeConfig) -> Result<WriterSocket, NodeError> {
+pub(crate) fn bind(
+    zmq: &zmq::Context,
+    config: &NodeConfig,
+    curve: &crate::context::CurveEndpoints,
+) -> Result<WriterSocket, NodeError> {
     match config.writer_engine {
         WriterEngine::Zmtp => {
             let (listener, bound) = crate::zmtp::listener::bind(&config.writer_bind)?;
             Ok(WriterSocket::Engine(listener, bound))
         }
-        WriterEngine::Libzmq => bind_router(zmq, config).map(WriterSocket::Router),
+        WriterEngine::Libzmq => bind_router(zmq, config, curve).map(WriterSocket::Router),
     }
 }
 
@@ -251,8 +255,13 @@ pub(crate) fn bind(zmq: &zmq::Context, config: &NodeConfig) -> Result<WriterSock
 /// relies on.
 ///
 /// Errors: [`NodeError::Bind`] (address in use, bad endpoint), or a zmq option refused.
-fn bind_router(zmq: &zmq::Context, config: &NodeConfig) -> Result<zmq::Socket, NodeError> {
+fn bind_router(
+    zmq: &zmq::Context,
+    config: &NodeConfig,
+    curve: &crate::context::CurveEndpoints,
+) -> Result<zmq::Socket, NodeError> {
     crate::context::bind(zmq, zmq::ROUTER, &config.writer_bind, |w| {
+        curve.serve(crate::config::CurveEndpointName::Writer, w)?;
         w.set_router_handover(true)?; // §2: a new connection takes an identity over
         w.set_router_mandatory(true)?; // undeliverable acks fail and are counted
                                        // Acks are small; a pipelining mode-2 DEALER may fall this far behind before acks drop.
@@ -303,7 +312,7 @@ pub(crate) fn spawn(
             acks: push,
             counters: nc.counters.clone(),
             stop: nc.stop(),
-            curve: nc.curve.writer.clone(),
+            curve: nc.curve.writer(),
         };
         threads.push(spawn_thread("zper-forward", move || f.run())?);
     }
@@ -374,7 +383,7 @@ pub(crate) fn spawn(
                 stop: nc.stop(),
                 max_connections: engine::MAX_CONNECTIONS,
                 idle_eviction: engine::IDLE_EVICTION,
-                curve: nc.curve.writer.clone(),
+                curve: nc.curve.writer(),
             };
             spawn_thread("zper-writer", move || front.run(threads))?
         }

@@ -66,6 +66,8 @@ pub(crate) struct Shared {
     pub(crate) counters: Arc<Counters>,
     /// This node's own relay endpoint as advertised (not forwarded to itself).
     pub(crate) advertised: String,
+    /// CURVE towards peers' relays, when `curve.endpoints` names the relay (issue #19).
+    pub(crate) curve: crate::context::CurveEndpoints,
 }
 
 /// A stream is one connection's subscription to one fragment.
@@ -147,8 +149,10 @@ struct Relay {
 pub(crate) fn bind(
     zmq: &zmq::Context,
     config: &crate::config::NodeConfig,
+    curve: &crate::context::CurveEndpoints,
 ) -> Result<zmq::Socket, NodeError> {
     crate::context::bind(zmq, zmq::ROUTER, &config.relay_bind, |r| {
+        curve.serve(crate::config::CurveEndpointName::Relay, r)?;
         r.set_router_mandatory(true)?; // a full or vanished subscriber fails the send
         r.set_router_handover(true)?; // a reconnecting subscriber takes its identity over
         r.set_sndhwm(RELAY_HWM)?;
@@ -173,6 +177,7 @@ pub(crate) fn spawn(
         store: nc.store.clone(),
         counters: nc.counters.clone(),
         advertised,
+        curve: nc.curve.clone(),
     };
     let (mailbox, done_tx) = nc.mailbox("relay")?;
     let zctx = nc.zmq.clone();

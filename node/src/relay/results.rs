@@ -72,6 +72,9 @@ impl Relay {
         let s = self.zctx.socket(zmq::DEALER)?;
         s.set_linger(0)?;
         s.set_sndhwm(PEER_HWM)?;
+        self.ctx
+            .curve
+            .connect_to_peer(crate::config::CurveEndpointName::Relay, &s)?;
         s.connect(endpoint)?;
         Ok(s)
     }

@@ -28,6 +28,8 @@ pub(crate) struct Follower {
     pub(crate) view: PlacementView,
     pub(crate) stop: Arc<AtomicBool>,
     pub(crate) max_bytes: u32,
+    /// CURVE towards leaders' replication endpoints (issue #19): the cluster's key pair.
+    pub(crate) curve: crate::context::CurveEndpoints,
 }
 
 /// One followed topic's link to its leader: a DEALER of its own (so answers need no topic) and
@@ -122,6 +124,9 @@ impl Follower {
         {
             let socket = self.ctx.socket(zmq::DEALER).map_err(|e| e.to_string())?;
             socket.set_linger(0).map_err(|e| e.to_string())?;
+            self.curve
+                .connect_to_peer(crate::config::CurveEndpointName::Replication, &socket)
+                .map_err(|e| e.to_string())?;
             socket.connect(&endpoint).map_err(|e| e.to_string())?;
             links.insert(
                 topic.to_owned(),

@@ -95,8 +95,10 @@ pub const REPLICA_REPLY_HWM: i32 = 64;
 pub(crate) fn bind(
     zmq: &zmq::Context,
     config: &crate::config::NodeConfig,
+    curve: &crate::context::CurveEndpoints,
 ) -> Result<zmq::Socket, NodeError> {
     crate::context::bind(zmq, zmq::ROUTER, &config.replica_bind, |rep| {
+        curve.serve(crate::config::CurveEndpointName::Replication, rep)?;
         rep.set_router_mandatory(true)?;
         // Replica fetch replies (up to 1 MiB each) queued for a peer that does not read them.
         rep.set_sndhwm(REPLICA_REPLY_HWM)
@@ -134,6 +136,7 @@ pub(crate) fn spawn(
         view: nc.view.clone(),
         stop: nc.stop(),
         max_bytes: FETCH_MAX_BYTES,
+        curve: nc.curve.clone(),
     };
     Ok(vec![
         crate::context::spawn("zper-replica-leader", move || leader.run())?,

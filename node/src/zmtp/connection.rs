@@ -68,6 +68,8 @@ pub(crate) struct Connection {
     pub(crate) stream: TcpStream,
     /// When it was accepted (the handshake must finish within the endpoint's timeout).
     pub(crate) accepted: Instant,
+    /// The peer's IP address as accepted (`None` when the OS could not tell).
+    pub(crate) remote: Option<std::net::IpAddr>,
     /// The peer, once its handshake is done; `routing_id` is then its identity (or one the
     /// endpoint made up for an empty identity).
     pub(crate) peer: Option<Peer>,
@@ -102,9 +104,11 @@ impl Connection {
     ) -> Self {
         let mut output = Vec::new();
         handshake.open(&mut output);
+        let remote = stream.peer_addr().ok().map(|a| a.ip());
         Connection {
             stream,
             accepted: Instant::now(),
+            remote,
             peer: None,
             phase: Phase::Handshake(handshake),
             limits,

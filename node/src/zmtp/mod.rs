@@ -12,3 +12,4 @@ pub(crate) mod connection;
 pub(crate) mod listener;
 pub(crate) mod peers;
 pub mod security;
+pub(crate) mod zap;

@@ -12,6 +12,27 @@ use zper_wire::zmtp::{Handshake, Limits, SocketType};
 use super::connection::Connection;
 use super::security::{mechanism, CurveEndpoint};
 
+/// Most connections from one IP address still in their handshake (attack finding: one host
+/// opening connections and never finishing a handshake held every slot of an endpoint until
+/// the handshake timeout). A burst of honest clients past it is closed and reconnects, as
+/// libzmq clients do.
+pub(crate) const MAX_HANDSHAKES_PER_ADDRESS: usize = 128;
+
+/// Whether a new connection from `remote` would be one too many still in their handshake
+/// from that address among `connections`.
+pub(crate) fn too_many_handshakes<'a>(
+    connections: impl Iterator<Item = &'a Connection>,
+    remote: Option<std::net::IpAddr>,
+) -> bool {
+    let Some(ip) = remote else {
+        return false;
+    };
+    connections
+        .filter(|c| c.remote == Some(ip) && c.in_handshake())
+        .nth(MAX_HANDSHAKES_PER_ADDRESS - 1)
+        .is_some()
+}
+
 /// The next connection waiting on `listener`; `None` when none waits (or accepting failed,
 /// logged for `endpoint`).
 pub(crate) fn next_stream(listener: &TcpListener, endpoint: &str) -> Option<TcpStream> {
