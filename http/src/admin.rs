@@ -457,7 +457,12 @@ async fn health(
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    let warnings = logs.0.as_ref().map(|l| l.warnings()).unwrap_or_default();
+    let mut warnings = logs.0.as_ref().map(|l| l.warnings()).unwrap_or_default();
+    for peer in node.transport.peers_refusing_token() {
+        warnings.push(format!(
+            "node {peer} refuses this node's admin token (401 on the Raft stream): http.admin_token must be the same on every node"
+        ));
+    }
     (
         status,
         Json(Health {

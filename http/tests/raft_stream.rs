@@ -287,6 +287,21 @@ async fn a_peer_that_refuses_our_token_is_retried_with_backoff_not_at_once() {
         refused < 100,
         "{refused} refused connections to member 3 in 2 s: no backoff"
     );
+    // The leader names the peer that refuses its token (a health warning, not a 503).
+    assert_eq!(node.transport.peers_refusing_token(), vec![3]);
+    let health: serde_json::Value =
+        reqwest::get(format!("http://{}/v1/cluster/health", voters[&leader].http))
+            .await
+            .expect("health")
+            .json()
+            .await
+            .expect("json");
+    assert!(
+        health["warnings"].as_array().is_some_and(|w| w
+            .iter()
+            .any(|w| w.as_str().is_some_and(|w| w.starts_with("node 3 refuses")))),
+        "{health}"
+    );
     for m in members {
         m.server.abort();
         let _ = m.node.raft.shutdown().await;

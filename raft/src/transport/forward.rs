@@ -98,7 +98,7 @@ impl Forwarder {
                 Err(Open::Unreachable(e)) => {
                     return Forwarded::Failed(format!("forward to the leader at {http}: {e}"))
                 }
-                Err(Open::Failed(why)) => {
+                Err(Open::Failed(why) | Open::Unauthorized(why)) => {
                     return Forwarded::Failed(format!("forward to the leader at {http}: {why}"))
                 }
             },

@@ -65,6 +65,32 @@ pub struct TransportStats {
     pub connects: AtomicU64,
     /// Proposals this node forwarded to the leader over the stream and got an answer to.
     pub forwarded: AtomicU64,
+    /// Peers whose last stream upgrade refused this node's admin token (401), and when.
+    refused_token: std::sync::Mutex<std::collections::BTreeMap<NodeId, std::time::Instant>>,
+}
+
+impl TransportStats {
+    /// The peers that refused this node's admin token (401 to the Raft stream upgrade) and
+    /// have not accepted a stream since: a token that differs between nodes (`http.admin_token`
+    /// must be the same on every node).
+    pub fn peers_refusing_token(&self) -> Vec<NodeId> {
+        self.refused_token
+            .lock()
+            .map(|m| m.keys().copied().collect())
+            .unwrap_or_default()
+    }
+
+    fn token_refused(&self, peer: NodeId) {
+        if let Ok(mut m) = self.refused_token.lock() {
+            m.insert(peer, std::time::Instant::now());
+        }
+    }
+
+    fn token_accepted(&self, peer: NodeId) {
+        if let Ok(mut m) = self.refused_token.lock() {
+            m.remove(&peer);
+        }
+    }
 }
 
 /// The RPC kinds, in the order of [`TransportStats::timeouts`].
@@ -129,7 +155,9 @@ enum Open {
     Unreachable(std::io::Error),
     /// The peer does not know the stream path: use HTTP.
     NotSupported,
-    /// Anything else (401, a broken answer).
+    /// The peer refused the admin token (401).
+    Unauthorized(String),
+    /// Anything else (a broken answer).
     Failed(String),
 }
 
@@ -200,6 +228,9 @@ async fn open_stream(
     match status {
         Some(101) => Ok(io),
         Some(404) | Some(405) => Err(Open::NotSupported),
+        Some(401) => Err(Open::Unauthorized(format!(
+            "upgrade to {PROTOCOL} answered 401: the peer refuses this node's admin token"
+        ))),
         other => Err(Open::Failed(format!(
             "upgrade to {PROTOCOL} answered {}",
             other.map_or("garbage".to_owned(), |s| s.to_string())
@@ -209,9 +240,18 @@ async fn open_stream(
 
 impl StreamConnection {
     async fn open(&self) -> Result<BufStream<PeerStream>, Open> {
-        let io = open_stream(&self.tls, &self.node.http, self.token.as_deref()).await?;
-        self.stats.connects.fetch_add(1, Ordering::Relaxed);
-        Ok(io)
+        match open_stream(&self.tls, &self.node.http, self.token.as_deref()).await {
+            Ok(io) => {
+                self.stats.connects.fetch_add(1, Ordering::Relaxed);
+                self.stats.token_accepted(self.target);
+                Ok(io)
+            }
+            Err(Open::Unauthorized(why)) => {
+                self.stats.token_refused(self.target);
+                Err(Open::Unauthorized(why))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Sends `request` and reads its answer, opening the connection first if needed.
@@ -240,7 +280,7 @@ impl StreamConnection {
                     self.stats.failures.fetch_add(1, Ordering::Relaxed);
                     return Err(RPCError::Unreachable(Unreachable::new(&e)));
                 }
-                Ok(Err(Open::Failed(why))) => {
+                Ok(Err(Open::Failed(why) | Open::Unauthorized(why))) => {
                     guard.done = true;
                     self.stats.failures.fetch_add(1, Ordering::Relaxed);
                     // A refused upgrade (401: another admin token) will be refused again:
