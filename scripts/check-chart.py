@@ -237,6 +237,25 @@ def main():
     (sts,) = by_kind(docs, "StatefulSet")
     zper = sts["spec"]["template"]["spec"]["containers"][0]
     check("scheme" not in zper["readinessProbe"]["httpGet"], "no TLS: probes stay HTTP")
+    (cm,) = [c for c in by_kind(docs, "ConfigMap") if c["metadata"]["name"] == "rel-zper"]
+    check("curve." not in cm["data"]["server.properties"], "no CURVE unless asked")
+
+    # CURVE on the ZeroMQ ports (issue #19): the keys' Secret is mounted read-only, the config
+    # names the cluster's key and the client keys' directory; the endpoints value passes.
+    docs = render({"curve": {"existingSecret": "zper-curve", "endpoints": "replication,relay"}})
+    validate(docs, "curve")
+    (sts,) = by_kind(docs, "StatefulSet")
+    pod = sts["spec"]["template"]["spec"]
+    zper = pod["containers"][0]
+    check({"name": "curve", "secret": {"secretName": "zper-curve"}} in pod["volumes"],
+          "curve: the Secret is a volume")
+    check(any(m["name"] == "curve" and m["mountPath"] == "/etc/zper-curve" and m.get("readOnly")
+              for m in zper["volumeMounts"]), "curve: mounted read-only at /etc/zper-curve")
+    (cm,) = [c for c in by_kind(docs, "ConfigMap") if c["metadata"]["name"] == "rel-zper"]
+    props = cm["data"]["server.properties"]
+    for line in ("curve.secret_key_file = /etc/zper-curve/cluster.key_secret",
+                 "curve.clients = /etc/zper-curve", "curve.endpoints = replication,relay"):
+        check(line in props, f"curve: the config has {line}")
 
     if failures:
         for f in failures:
