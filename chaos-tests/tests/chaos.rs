@@ -368,7 +368,6 @@ fn docker_compose_up_gives_three_healthy_nodes() {
 fn docker_compose_with_security_on_serves_clients_that_have_the_keys() {
     let keys = tempfile::tempdir().expect("tempdir");
     let k = keys.path().display().to_string();
-    std::fs::create_dir(keys.path().join("clients")).expect("clients dir");
     for name in [format!("{k}/cluster"), format!("{k}/clients/app")] {
         let out = std::process::Command::new(zper_testkit::zper_binary())
             .args(["keygen", &name])
@@ -376,12 +375,9 @@ fn docker_compose_with_security_on_serves_clients_that_have_the_keys() {
             .expect("zper keygen");
         assert!(out.status.success(), "{out:?}");
     }
-    // Readable by the container's user whatever the host's umask.
-    for f in ["cluster.key_secret", "clients/app.key"] {
-        use std::os::unix::fs::PermissionsExt;
-        let path = keys.path().join(f);
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
-    }
+    // The documented step: the image's user (10001) reads the cluster's secret key.
+    std::os::unix::fs::chown(keys.path().join("cluster.key_secret"), Some(10001), None)
+        .expect("chown (the chaos suite runs as root)");
     std::fs::write(keys.path().join("token"), "compose-s3cret\n").expect("token");
     let env = [
         ("ZPER_KEYS", k.clone()),

@@ -90,6 +90,11 @@ pub fn run(args: &KeygenArgs) -> anyhow::Result<()> {
             }
         }
     }
+    // `zper keygen keys/cluster` on a fresh checkout: the directory is made, as `mkdir -p`.
+    if let Some(dir) = secret.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create the directory {}", dir.display()))?;
+    }
     write_new(&secret, &certificate(&keys, true), true, args.force)?;
     write_new(&public, &certificate(&keys, false), false, args.force)?;
     if crate::output::json_output() {
@@ -140,5 +145,18 @@ mod tests {
         let again = run(&args).expect_err("exists");
         assert!(again.to_string().contains("--force"), "{again}");
         run(&KeygenArgs { name, force: true }).expect("forced");
+    }
+
+    #[test]
+    fn missing_directories_are_made() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let name = dir.path().join("keys/clients/app");
+        run(&KeygenArgs {
+            name: name.clone(),
+            force: false,
+        })
+        .expect("keygen into a directory that does not exist yet");
+        assert!(with_suffix(&name, ".key").is_file());
+        assert!(with_suffix(&name, ".key_secret").is_file());
     }
 }

@@ -72,6 +72,12 @@ impl CurveEndpoints {
             keys,
             clients: Arc::new(ClientKeys::load(settings.clients.as_deref(), own)?),
         };
+        if let (Some(path), 0) = (&settings.clients, endpoint.clients.len()) {
+            tracing::warn!(
+                clients = %path.display(),
+                "no client public keys found: only the cluster's own key is admitted until some are added"
+            );
+        }
         tracing::info!(
             public_key = %zper_wire::zmtp::curve::encode_key(&endpoint.keys.public()),
             clients = endpoint.clients.len(),

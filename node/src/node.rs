@@ -30,6 +30,9 @@ pub struct Node {
     counters: Arc<Counters>,
     shutdown: Shutdown,
     threads: Vec<JoinHandle<()>>,
+    /// The ZAP handler's stop flag and thread: stopped after every endpoint thread has ended,
+    /// since libzmq admits any CURVE key while no handler is bound.
+    zap: Option<(Arc<std::sync::atomic::AtomicBool>, JoinHandle<()>)>,
     member: Option<crate::membership::Member>,
     _ctx: zmq::Context,
 }
@@ -117,15 +120,19 @@ impl Node {
         zmq.set_io_threads(config.io_threads)?;
         let counters = Arc::new(Counters::default());
         let shutdown = Shutdown::default();
-        let shutdown_flag = shutdown.flag();
-        // The ZAP handler first: libzmq admits any key while none is bound (RFC 27).
+        // The ZAP handler first, and it stops last: libzmq admits any key while none is bound
+        // (RFC 27). If the start fails, the context's end (ETERM) stops it.
         let zap = match curve.zap_policy() {
-            Some(policy) => Some(crate::zmtp::zap::spawn(
-                crate::zmtp::zap::bind(&zmq)?,
-                policy,
-                counters.clone(),
-                shutdown_flag,
-            )?),
+            Some(policy) => {
+                let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let thread = crate::zmtp::zap::spawn(
+                    crate::zmtp::zap::bind(&zmq)?,
+                    policy,
+                    counters.clone(),
+                    stop.clone(),
+                )?;
+                Some((stop, thread))
+            }
             None => None,
         };
         let (bound, mut endpoints) = Bound::bind(&zmq, config, &curve)?;
@@ -146,7 +153,7 @@ impl Node {
             shutdown: shutdown.clone(),
             curve,
         };
-        let mut threads: Vec<_> = zap.into_iter().collect();
+        let mut threads = Vec::new();
         threads.push(
             view.spawn_refresher(member.node(), nc.stop())
                 .map_err(|source| NodeError::Thread {
@@ -215,6 +222,7 @@ impl Node {
             counters,
             shutdown,
             threads,
+            zap,
             member: Some(member),
             _ctx: zmq,
         })
@@ -257,6 +265,13 @@ impl Node {
         for t in self.threads {
             if t.join().is_err() {
                 error!("an endpoint thread panicked");
+            }
+        }
+        // Every endpoint socket is closed now: the ZAP handler can go.
+        if let Some((stop, thread)) = self.zap.take() {
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            if thread.join().is_err() {
+                error!("the ZAP handler panicked");
             }
         }
         self.store.flush_all()?;

@@ -319,6 +319,11 @@ impl ReaderEngine {
         for token in late {
             self.protocol_error(poll, clients, token, "handshake timed out");
         }
+        let conns = clients.by_token.iter().map(|(t, c)| (t, &c.conn));
+        for token in peers::revoked(conns, self.curve.as_ref()) {
+            Counters::add(&self.counters.curve_refused, 1);
+            self.close(poll, clients, token);
+        }
         let stale: Vec<Token> = clients
             .draining
             .iter()

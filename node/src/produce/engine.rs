@@ -263,6 +263,11 @@ impl EngineFront {
                 for token in late {
                     self.protocol_error(&poll, &mut clients, token, "handshake timed out");
                 }
+                let conns = clients.by_token.iter().map(|(t, c)| (t, &c.conn));
+                for token in peers::revoked(conns, self.curve.as_ref()) {
+                    Counters::add(&self.counters.curve_refused, 1);
+                    self.close(&poll, &mut clients, token);
+                }
             }
         }
         // Shutdown: the workers append and flush what they hold, then their last acks go out.

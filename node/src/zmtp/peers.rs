@@ -104,6 +104,24 @@ pub(crate) fn late_handshakes<'a>(
         .collect()
 }
 
+/// The CURVE connections of `connections` whose client key `curve` no longer admits (its key
+/// file was removed from `curve.clients`, seen within [`super::security::RESCAN`]): they are
+/// closed, so revoking a key cuts off the clients already connected with it, not only new
+/// ones (attack finding).
+pub(crate) fn revoked<'a>(
+    connections: impl Iterator<Item = (&'a Token, &'a Connection)>,
+    curve: Option<&CurveEndpoint>,
+) -> Vec<Token> {
+    use zper_wire::zmtp::curve::Authorizer;
+    let Some(curve) = curve else {
+        return Vec::new();
+    };
+    connections
+        .filter(|(_, c)| c.client_key.is_some_and(|k| !curve.clients.allows(&k)))
+        .map(|(t, _)| *t)
+        .collect()
+}
+
 /// Counts `conn`, being closed, in `counters.curve_refused` when it is a connection to a CURVE
 /// endpoint whose handshake never completed (issue #19): a client without CURVE, with another
 /// server key or a key not admitted, or one that gave up or timed out on the way. Whatever
@@ -132,6 +150,52 @@ pub(crate) fn count_protocol_error(counter: &AtomicU64, endpoint: &str, why: &st
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_connection_whose_key_was_removed_is_revoked_and_others_are_kept() {
+        use std::sync::Arc;
+        use zper_wire::zmtp::curve::{encode_key, CurveKeyPair};
+        use zper_wire::zmtp::{Null, Security};
+        let dir = tempfile::tempdir().expect("tmp");
+        let (kept, gone) = (CurveKeyPair::generate(), CurveKeyPair::generate());
+        std::fs::write(dir.path().join("kept.key"), encode_key(&kept.public())).expect("write");
+        std::fs::write(dir.path().join("gone.key"), encode_key(&gone.public())).expect("write");
+        let curve = CurveEndpoint {
+            keys: Arc::new(CurveKeyPair::generate()),
+            clients: Arc::new(
+                super::super::security::ClientKeys::load(Some(dir.path()), None).expect("keys"),
+            ),
+        };
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let mut peers = Vec::new();
+        let mut conns = Vec::new();
+        for key in [Some(kept.public()), Some(gone.public()), None] {
+            peers.push(std::net::TcpStream::connect(addr).expect("connect"));
+            let (server, _) = listener.accept().expect("accept");
+            server.set_nonblocking(true).expect("nonblocking");
+            let handshake = Handshake::new(
+                SocketType::Router,
+                &[SocketType::Dealer],
+                Security::Null(Null),
+            );
+            let limits = Limits {
+                max_message: 1024,
+                max_buffered: 2048,
+                allow_empty_message: true,
+            };
+            let mut c = Connection::accept(TcpStream::from_std(server), handshake, limits);
+            c.client_key = key;
+            conns.push(c);
+        }
+        let tokens = [Token(1), Token(2), Token(3)];
+        let all = || tokens.iter().zip(conns.iter());
+        assert!(revoked(all(), Some(&curve)).is_empty());
+        assert!(revoked(all(), None).is_empty());
+        std::fs::remove_file(dir.path().join("gone.key")).expect("rm");
+        std::thread::sleep(super::super::security::RESCAN + Duration::from_millis(50));
+        assert_eq!(revoked(all(), Some(&curve)), vec![Token(2)]);
+    }
 
     #[test]
     fn an_empty_identity_gets_a_fresh_id_starting_with_zero() {

@@ -66,7 +66,7 @@ fn read_client_keys(path: &Path) -> Result<HashSet<[u8; 32]>, String> {
     let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
     if meta.is_file() {
         let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
-        for line in text.lines().map(str::trim) {
+        for (number, line) in text.lines().map(str::trim).enumerate() {
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
@@ -76,7 +76,22 @@ fn read_client_keys(path: &Path) -> Result<HashSet<[u8; 32]>, String> {
                 Some((name, value)) if name.trim() == "public-key" => {
                     decode_key(value.trim().trim_matches('"'))
                 }
-                _ => continue,
+                // czmq's certificate structure: its sections and `name = "value"` metadata.
+                _ if line == "metadata" || line == "curve" => continue,
+                Some((name, value))
+                    if name
+                        .trim()
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+                        && value.trim().starts_with('"') =>
+                {
+                    continue
+                }
+                _ => {
+                    warn!(file = %path.display(), line = number + 1,
+                        "skipped a line that is neither a 40-character Z85 public key nor `public-key = \"...\"`");
+                    continue;
+                }
             };
             match key {
                 Ok(k) => {
@@ -122,6 +137,9 @@ pub struct ClientKeys {
     cache: Mutex<(Instant, HashSet<[u8; 32]>)>,
     /// The node's own public key, always admitted.
     own: Option<[u8; 32]>,
+    /// Keys refused so far: the refusal is logged at every power of two, so a stranger's
+    /// handshakes cannot flood the log.
+    refused: std::sync::atomic::AtomicU64,
 }
 
 impl ClientKeys {
@@ -141,6 +159,7 @@ impl ClientKeys {
             path: path.map(Path::to_path_buf),
             cache: Mutex::new((Instant::now(), keys)),
             own,
+            refused: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -171,7 +190,13 @@ impl Authorizer for ClientKeys {
         }
         let allowed = cache.1.contains(client);
         if !allowed {
-            warn!(client = %encode_key(client), "refused a CURVE client key");
+            let n = self
+                .refused
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                + 1;
+            if n.is_power_of_two() {
+                warn!(client = %encode_key(client), refused_so_far = n, "refused a CURVE client key");
+            }
         }
         allowed
     }
