@@ -98,6 +98,15 @@ impl CurveEndpoints {
         self.keys.as_ref().filter(|_| self.on.contains(&endpoint))
     }
 
+    /// The client keys `endpoint` admits when it requires CURVE: what a libzmq endpoint checks
+    /// each message's key against ([`crate::sockets::recv_admitted`]).
+    pub(crate) fn gate(
+        &self,
+        endpoint: crate::config::CurveEndpointName,
+    ) -> Option<Arc<crate::zmtp::security::ClientKeys>> {
+        self.get(endpoint).map(|k| k.clients.clone())
+    }
+
     /// The writer's keys (zper's own engine), when it requires CURVE.
     pub(crate) fn writer(&self) -> Option<crate::zmtp::security::CurveEndpoint> {
         self.get(crate::config::CurveEndpointName::Writer).cloned()

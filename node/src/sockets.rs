@@ -31,6 +31,41 @@ pub(crate) fn recv_parts(
     }
 }
 
+/// Receives the next whole multipart message (as `recv_multipart`) from a client whose CURVE
+/// key `gate` still admits. libzmq's ZAP handler vouched for the key when the client connected
+/// and put it on every message (the `User-Id` property, Z85); a key removed from
+/// `curve.clients` since then is refused here (issue #19: revoking a key cuts off the clients
+/// already connected with it), its messages dropped and counted in `refused`. Without `gate`
+/// (CURVE off on this endpoint) every message passes.
+///
+/// Errors: as `recv_multipart` (`EAGAIN` with [`zmq::DONTWAIT`] when no admitted message
+/// waits).
+pub(crate) fn recv_admitted(
+    socket: &zmq::Socket,
+    flags: i32,
+    gate: Option<&crate::zmtp::security::ClientKeys>,
+    refused: &std::sync::atomic::AtomicU64,
+) -> Result<Vec<Vec<u8>>, zmq::Error> {
+    use zper_wire::zmtp::curve::{decode_key, Authorizer};
+    let Some(keys) = gate else {
+        return socket.recv_multipart(flags);
+    };
+    loop {
+        let mut parts = recv_parts(socket, flags)?;
+        // The last part came from the peer (a ROUTER's first is its own routing id, without
+        // the connection's properties).
+        let admitted = parts
+            .last_mut()
+            .and_then(|p| p.gets("User-Id"))
+            .and_then(|id| decode_key(id).ok())
+            .is_none_or(|key| keys.allows(&key));
+        if admitted {
+            return Ok(parts.iter().map(|p| p.to_vec()).collect());
+        }
+        refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,5 +114,76 @@ mod tests {
         let next = recv_parts(&pull, 0).expect("recv");
         assert_eq!(next.len(), 1);
         assert_eq!(&next[0][..], b"next");
+    }
+
+    #[test]
+    fn a_client_whose_key_was_removed_is_not_heard_any_more() {
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        use std::sync::Arc;
+        use std::time::Duration;
+        use zper_wire::zmtp::curve::{encode_key, CurveKeyPair};
+        let ctx = zmq::Context::new();
+        let dir = tempfile::tempdir().expect("tmp");
+        let (server, app) = (CurveKeyPair::generate(), CurveKeyPair::generate());
+        std::fs::write(dir.path().join("app.key"), encode_key(&app.public())).expect("write");
+        let keys = Arc::new(
+            crate::zmtp::security::ClientKeys::load(Some(dir.path()), Some(server.public()))
+                .expect("keys"),
+        );
+        let stop = Arc::new(AtomicBool::new(false));
+        let counters = Arc::new(crate::metrics::Counters::default());
+        let zap = crate::zmtp::zap::spawn(
+            crate::zmtp::zap::bind(&ctx).expect("zap"),
+            crate::zmtp::zap::ZapPolicy {
+                clients: keys.clone(),
+                cluster: server.public(),
+            },
+            counters,
+            stop.clone(),
+        )
+        .expect("zap thread");
+        let router = ctx.socket(zmq::ROUTER).expect("router");
+        router.set_curve_server(true).expect("server");
+        router.set_curve_secretkey(&server.secret()).expect("key");
+        router
+            .set_zap_domain(crate::zmtp::zap::CLIENTS_DOMAIN)
+            .expect("domain");
+        router.bind("tcp://127.0.0.1:*").expect("bind");
+        router.set_rcvtimeo(5000).expect("timeout");
+        let dealer = ctx.socket(zmq::DEALER).expect("dealer");
+        dealer.set_linger(0).expect("linger");
+        dealer.set_curve_serverkey(&server.public()).expect("sk");
+        dealer.set_curve_publickey(&app.public()).expect("pk");
+        dealer.set_curve_secretkey(&app.secret()).expect("sk");
+        dealer
+            .connect(&router.get_last_endpoint().expect("ep").expect("utf8"))
+            .expect("connect");
+        let refused = AtomicU64::new(0);
+        dealer.send("before", 0).expect("send");
+        let got = recv_admitted(&router, 0, Some(&keys), &refused).expect("admitted");
+        assert_eq!(got[1], b"before");
+        // The key is removed: the same connection's next messages are dropped and counted.
+        std::fs::remove_file(dir.path().join("app.key")).expect("rm");
+        std::thread::sleep(crate::zmtp::security::RESCAN + Duration::from_millis(50));
+        dealer.send("after", 0).expect("send");
+        assert_eq!(
+            router.poll(zmq::POLLIN, 10_000).expect("poll"),
+            1,
+            "it arrives"
+        );
+        assert_eq!(
+            recv_admitted(&router, zmq::DONTWAIT, Some(&keys), &refused),
+            Err(zmq::Error::EAGAIN),
+            "dropped"
+        );
+        assert_eq!(refused.load(Ordering::Relaxed), 1);
+        // Without a gate (CURVE off there) the same message would have passed.
+        dealer.send("ungated", 0).expect("send");
+        router.set_rcvtimeo(10_000).expect("timeout");
+        let got = recv_admitted(&router, 0, None, &refused).expect("passes");
+        assert_eq!(got[1], b"ungated");
+        stop.store(true, Ordering::Relaxed);
+        drop((router, dealer));
+        zap.join().expect("zap");
     }
 }

@@ -34,6 +34,9 @@ pub(crate) struct Shared {
     pub(crate) counters: Arc<Counters>,
     /// Subscriber session lease (`subscription.lease_ms`).
     pub(crate) lease: Duration,
+    /// The client keys admitted when CURVE is on here: a message from a key removed since
+    /// its client connected is dropped (issue #19).
+    pub(crate) gate: Option<Arc<crate::zmtp::security::ClientKeys>>,
 }
 
 fn now_ms() -> u64 {
@@ -131,6 +134,7 @@ pub(crate) fn spawn(
         runtime: nc.runtime.clone(),
         counters: nc.counters.clone(),
         lease: nc.config.subscription_lease,
+        gate: nc.curve.gate(crate::config::CurveEndpointName::Controller),
     };
     let (mailbox, postbox) = nc.mailbox("controller")?;
     crate::context::spawn("zper-controller", move || {
@@ -158,7 +162,10 @@ fn run(
                 Counters::add(&counters.replies_dropped, 1);
             }
         }
-        while let Ok(frames) = router.recv_multipart(zmq::DONTWAIT) {
+        let gate = ctx.gate.as_deref();
+        while let Ok(frames) =
+            crate::sockets::recv_admitted(&router, zmq::DONTWAIT, gate, &counters.curve_refused)
+        {
             let Some(req) = Request::split(frames) else {
                 continue;
             };

@@ -193,6 +193,9 @@ pub(crate) struct Shared {
     /// The node's memory budget: past it every request is answered `Error` "busy" (a Get's
     /// reply and a queued Put each hold up to a value's bytes).
     pub(crate) memory: Arc<crate::memory::MemoryBudget>,
+    /// The client keys admitted when CURVE is on here: a message from a key removed since
+    /// its client connected is dropped (issue #19).
+    pub(crate) gate: Option<Arc<crate::zmtp::security::ClientKeys>>,
 }
 
 /// Idle connections are forgotten once there are more than this many.
@@ -251,13 +254,15 @@ pub(crate) fn spawn(
         counters: nc.counters.clone(),
         put_timeout: nc.config.dolly_put_timeout,
         memory: nc.memory.clone(),
+        gate: nc.curve.gate(crate::config::CurveEndpointName::Dolly),
     };
+    let gate = ctx.gate.clone();
     let (mailbox, postbox) = nc.mailbox("dolly")?;
     let requests = crate::context::spawn("zper-dolly", move || run(router, ctx, mailbox, postbox))?;
     let bound = observers::Bound::new(observers.0, observers.1, &nc.cluster);
     let (cluster, counters, stop) = (nc.cluster.clone(), nc.counters.clone(), nc.stop());
     let observers = crate::context::spawn("zper-dolly-feeds", move || {
-        observers::run(bound, cluster, counters, stop)
+        observers::run(bound, cluster, counters, stop, gate)
     })?;
     Ok(vec![requests, observers])
 }
@@ -286,7 +291,13 @@ fn run(
                 break;
             }
         }
-        let frames = match router.recv_multipart(zmq::DONTWAIT) {
+        let refused = &counters.curve_refused;
+        let frames = match crate::sockets::recv_admitted(
+            &router,
+            zmq::DONTWAIT,
+            ctx.gate.as_deref(),
+            refused,
+        ) {
             Ok(f) => f,
             Err(_) => continue,
         };

@@ -147,12 +147,18 @@ pub(crate) fn run(
     cluster: ClusterNode,
     counters: Arc<Counters>,
     stop: Arc<AtomicBool>,
+    gate: Option<Arc<crate::zmtp::security::ClientKeys>>,
 ) {
     while !stop.load(Ordering::Relaxed) {
         publish(&mut b, &counters);
         match b.snapshots.poll(zmq::POLLIN, 5) {
             Ok(n) if n > 0 => {
-                if let Ok(frames) = b.snapshots.recv_multipart(zmq::DONTWAIT) {
+                if let Ok(frames) = crate::sockets::recv_admitted(
+                    &b.snapshots,
+                    zmq::DONTWAIT,
+                    gate.as_deref(),
+                    &counters.curve_refused,
+                ) {
                     // Publish what was applied before the snapshot is read: the observer drops
                     // those as already included (§5.4 step 5).
                     publish(&mut b, &counters);

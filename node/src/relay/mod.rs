@@ -206,6 +206,11 @@ fn run(
         peers: HashMap::new(),
         last_check: Instant::now(),
     };
+    let gate = relay
+        .ctx
+        .curve
+        .gate(crate::config::CurveEndpointName::Relay);
+    let counters = relay.ctx.counters.clone();
     let mut busy = false;
     while !relay.mailbox.stopping() {
         relay.settle_commits();
@@ -231,7 +236,12 @@ fn run(
             }
         }
         for _ in 0..1024 {
-            match relay.router.recv_multipart(zmq::DONTWAIT) {
+            match crate::sockets::recv_admitted(
+                &relay.router,
+                zmq::DONTWAIT,
+                gate.as_deref(),
+                &counters.curve_refused,
+            ) {
                 Ok(frames) => relay.request(frames),
                 Err(_) => break,
             }
