@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::io::{Read, Write};
 use std::time::Duration;
 
 use common::*;
@@ -45,24 +44,7 @@ fn http_with(
     token: Option<&str>,
     body: &str,
 ) -> Option<(u16, String)> {
-    let mut s = std::net::TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{auth}\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(req.as_bytes()).ok()?;
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).ok()?;
-    let status = resp.split_whitespace().nth(1)?.parse().ok()?;
-    Some((
-        status,
-        resp.split_once("\r\n\r\n")
-            .map_or("", |(_, b)| b)
-            .to_owned(),
-    ))
+    http_with_token(method, addr, path, token, Some(body))
 }
 
 /// `zper_rejected_total{reason="curve_refused"}` on the node at `addr`.

@@ -6,12 +6,25 @@ use std::time::Duration;
 /// A minimal HTTP/1.1 request to `addr` (`host:port`): (status, body), or None when the node
 /// does not answer (connection refused, reset).
 pub fn http(method: &str, addr: &str, path: &str, body: Option<&str>) -> Option<(u16, String)> {
+    http_with_token(method, addr, path, None, body)
+}
+
+/// As [`http`], with `Authorization: Bearer <token>` when `token` is set (a node with
+/// `http.admin_token`).
+pub fn http_with_token(
+    method: &str,
+    addr: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&str>,
+) -> Option<(u16, String)> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
     let body = body.unwrap_or("");
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
     let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{auth}\
          Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );

@@ -17,7 +17,7 @@ pub use child::{rss_bytes, zper_binary, ChildNode};
 pub use cluster::{
     concat, ids_in, live_brokers, message_ends, raft_leader, segment_files, TestCluster,
 };
-pub use http::{get_json, http};
+pub use http::{get_json, http, http_with_token};
 pub use in_process::{test_config, TestNode};
 pub use net::{free_port, CutProxy};
 pub use wait::{eventually, eventually_every, eventually_within, run_bounded, Finished};
