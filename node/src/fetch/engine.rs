@@ -310,39 +310,31 @@ impl ReaderEngine {
         Ok(())
     }
 
-    /// Closes connections whose handshake is late, and draining ones past [`DRAIN_TIMEOUT`].
+    /// Closes connections whose handshake is late, whose CURVE key was revoked, and draining
+    /// ones past [`DRAIN_TIMEOUT`].
     fn sweep(&mut self, poll: &Poll, clients: &mut Clients) {
-        let late = peers::late_handshakes(
-            clients.by_token.iter().map(|(t, c)| (t, &c.conn)),
-            HANDSHAKE_TIMEOUT,
-        );
+        let conns = || clients.by_token.iter().map(|(t, c)| (t, &c.conn));
+        let late = peers::late_handshakes(conns(), HANDSHAKE_TIMEOUT);
+        let revoked = peers::revoked(conns(), self.curve.as_ref(), &self.counters.curve_refused);
         for token in late {
             self.protocol_error(poll, clients, token, "handshake timed out");
         }
-        let conns = clients.by_token.iter().map(|(t, c)| (t, &c.conn));
-        for token in peers::revoked(conns, self.curve.as_ref()) {
-            Counters::add(&self.counters.curve_refused, 1);
-            self.close(poll, clients, token);
-        }
-        let stale: Vec<Token> = clients
+        let stale = clients
             .draining
             .iter()
-            .filter(|(_, since)| since.elapsed() >= DRAIN_TIMEOUT)
-            .map(|(t, _)| *t)
-            .collect();
-        for token in stale {
+            .filter(|(_, t)| t.elapsed() >= DRAIN_TIMEOUT);
+        let stale: Vec<Token> = stale.map(|(t, _)| *t).collect();
+        for token in revoked.into_iter().chain(stale) {
             self.close(poll, clients, token);
         }
     }
 
     fn accept(&mut self, poll: &Poll, clients: &mut Clients) {
         while let Some(stream) = peers::next_stream(&self.listener, "reader") {
-            let remote = stream.peer_addr().ok().map(|a| a.ip());
-            if peers::too_many_handshakes(clients.by_token.values().map(|c| &c.conn), remote) {
-                Counters::add(&self.counters.zmtp_refused_connections, 1);
-                continue; // dropped: closed
-            }
-            if clients.by_token.len() >= self.max_connections && !self.evict_idle(poll, clients) {
+            let conns = clients.by_token.values().map(|c| &c.conn);
+            if peers::too_many_handshakes(conns, &stream)
+                || clients.by_token.len() >= self.max_connections && !self.evict_idle(poll, clients)
+            {
                 Counters::add(&self.counters.zmtp_refused_connections, 1);
                 continue; // dropped: closed
             }

@@ -264,8 +264,8 @@ impl EngineFront {
                     self.protocol_error(&poll, &mut clients, token, "handshake timed out");
                 }
                 let conns = clients.by_token.iter().map(|(t, c)| (t, &c.conn));
-                for token in peers::revoked(conns, self.curve.as_ref()) {
-                    Counters::add(&self.counters.curve_refused, 1);
+                let refused = &self.counters.curve_refused;
+                for token in peers::revoked(conns, self.curve.as_ref(), refused) {
                     self.close(&poll, &mut clients, token);
                 }
             }
@@ -281,12 +281,10 @@ impl EngineFront {
 
     fn accept(&mut self, poll: &Poll, clients: &mut Clients) {
         while let Some(stream) = peers::next_stream(&self.listener, "writer") {
-            let remote = stream.peer_addr().ok().map(|a| a.ip());
-            if peers::too_many_handshakes(clients.by_token.values().map(|c| &c.conn), remote) {
-                Counters::add(&self.counters.zmtp_refused_connections, 1);
-                continue; // dropped: closed
-            }
-            if clients.by_token.len() >= self.max_connections && !self.evict_idle(poll, clients) {
+            let conns = clients.by_token.values().map(|c| &c.conn);
+            if peers::too_many_handshakes(conns, &stream)
+                || clients.by_token.len() >= self.max_connections && !self.evict_idle(poll, clients)
+            {
                 Counters::add(&self.counters.zmtp_refused_connections, 1);
                 continue; // dropped: closed
             }

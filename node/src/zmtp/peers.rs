@@ -18,13 +18,13 @@ use super::security::{mechanism, CurveEndpoint};
 /// libzmq clients do.
 pub(crate) const MAX_HANDSHAKES_PER_ADDRESS: usize = 128;
 
-/// Whether a new connection from `remote` would be one too many still in their handshake
-/// from that address among `connections`.
+/// Whether the new connection `stream` would be one too many still in their handshake from
+/// its peer's address among `connections`.
 pub(crate) fn too_many_handshakes<'a>(
     connections: impl Iterator<Item = &'a Connection>,
-    remote: Option<std::net::IpAddr>,
+    stream: &TcpStream,
 ) -> bool {
-    let Some(ip) = remote else {
+    let Ok(ip) = stream.peer_addr().map(|a| a.ip()) else {
         return false;
     };
     connections
@@ -107,19 +107,22 @@ pub(crate) fn late_handshakes<'a>(
 /// The CURVE connections of `connections` whose client key `curve` no longer admits (its key
 /// file was removed from `curve.clients`, seen within [`super::security::RESCAN`]): they are
 /// closed, so revoking a key cuts off the clients already connected with it, not only new
-/// ones (attack finding).
+/// ones (attack finding). They are counted in `refused`.
 pub(crate) fn revoked<'a>(
     connections: impl Iterator<Item = (&'a Token, &'a Connection)>,
     curve: Option<&CurveEndpoint>,
+    refused: &AtomicU64,
 ) -> Vec<Token> {
     use zper_wire::zmtp::curve::Authorizer;
     let Some(curve) = curve else {
         return Vec::new();
     };
-    connections
+    let tokens: Vec<Token> = connections
         .filter(|(_, c)| c.client_key.is_some_and(|k| !curve.clients.allows(&k)))
         .map(|(t, _)| *t)
-        .collect()
+        .collect();
+    refused.fetch_add(tokens.len() as u64, Ordering::Relaxed);
+    tokens
 }
 
 /// Counts `conn`, being closed, in `counters.curve_refused` when it is a connection to a CURVE
@@ -190,11 +193,13 @@ mod tests {
         }
         let tokens = [Token(1), Token(2), Token(3)];
         let all = || tokens.iter().zip(conns.iter());
-        assert!(revoked(all(), Some(&curve)).is_empty());
-        assert!(revoked(all(), None).is_empty());
+        let refused = AtomicU64::new(0);
+        assert!(revoked(all(), Some(&curve), &refused).is_empty());
+        assert!(revoked(all(), None, &refused).is_empty());
         std::fs::remove_file(dir.path().join("gone.key")).expect("rm");
         std::thread::sleep(super::super::security::RESCAN + Duration::from_millis(50));
-        assert_eq!(revoked(all(), Some(&curve)), vec![Token(2)]);
+        assert_eq!(revoked(all(), Some(&curve), &refused), vec![Token(2)]);
+        assert_eq!(refused.load(Ordering::Relaxed), 1);
     }
 
     #[test]

@@ -101,7 +101,13 @@ pub(crate) fn answer(policy: &ZapPolicy, frames: &[Vec<u8>]) -> ZapAnswer {
 ///
 /// Errors: the socket cannot be created or bound (another handler is bound in this context).
 pub(crate) fn bind(zmq: &zmq::Context) -> Result<zmq::Socket, NodeError> {
-    crate::context::bind(zmq, zmq::REP, ZAP_ENDPOINT, |_| Ok(()))
+    let s = zmq.socket(zmq::REP)?;
+    s.set_linger(0)?;
+    s.bind(ZAP_ENDPOINT).map_err(|source| NodeError::Bind {
+        endpoint: ZAP_ENDPOINT.to_owned(),
+        source,
+    })?;
+    Ok(s)
 }
 
 /// Serves ZAP requests on `socket` (from [`bind`]) until `stop` or until the zmq context
@@ -114,7 +120,8 @@ pub(crate) fn spawn(
     counters: Arc<Counters>,
     stop: Arc<AtomicBool>,
 ) -> Result<JoinHandle<()>, NodeError> {
-    crate::context::spawn("zper-zap", move || {
+    let name = "zper-zap";
+    let serve = move || {
         while !stop.load(Ordering::Relaxed) {
             match socket.poll(zmq::POLLIN, 100) {
                 Ok(0) => continue,
@@ -147,7 +154,14 @@ pub(crate) fn spawn(
                 warn!(error = %e, "ZAP reply failed");
             }
         }
-    })
+    };
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(serve)
+        .map_err(|source| NodeError::Thread {
+            name: name.to_owned(),
+            source,
+        })
 }
 
 #[cfg(test)]
