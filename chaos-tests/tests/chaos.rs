@@ -22,14 +22,22 @@ use zper_chaos_tests::scenario::{
 use zper_chaos_tests::workload::TOPIC;
 use zper_chaos_tests::{check, require_docker, Cluster};
 
+/// kill -9 of the fragment leader, then its restart (`what` names the fault).
+fn kill_the_fragment_leader(
+    c: &mut Cluster,
+    what: &str,
+) -> Option<zper_chaos_tests::scenario::Fault> {
+    let l = c.fragment_leader(TOPIC).expect("a fragment leader");
+    c.kill(l);
+    settle();
+    c.start_again(l);
+    fault(1, what)
+}
+
 #[test]
 fn kill9_of_the_fragment_leader() {
     scenario("kill9-fragment-leader", 5, |c, _, _| {
-        let l = c.fragment_leader(TOPIC).expect("a fragment leader");
-        c.kill(l);
-        settle();
-        c.start_again(l);
-        fault(1, "kill -9 the fragment leader, restart")
+        kill_the_fragment_leader(c, "kill -9 the fragment leader, restart")
     });
 }
 
@@ -38,12 +46,8 @@ fn kill9_of_the_fragment_leader_with_security_on() {
     // Issue #19: CURVE on every endpoint (replication between the nodes included) and the
     // admin token on Raft; the same guarantees hold through a leader's crash.
     scenario_secured("secured-kill9-fragment-leader", 3, |c, _, _| {
-        let l = c.fragment_leader(TOPIC).expect("a fragment leader");
-        c.kill(l);
-        settle();
-        c.start_again(l);
-        fault(
-            1,
+        kill_the_fragment_leader(
+            c,
             "kill -9 the fragment leader, restart (CURVE and token on)",
         )
     });
