@@ -478,7 +478,7 @@ fn host_clients_use_every_feature(env: &[(&str, String)]) {
     });
     assert!(created, "topic created from the host");
     let messages: Vec<String> = (0..30).map(|i| format!("m{i}")).collect();
-    let mut args = vec![
+    let produce = [
         "produce",
         "-t",
         "hostc",
@@ -487,6 +487,7 @@ fn host_clients_use_every_feature(env: &[(&str, String)]) {
         "-m",
         "2",
     ];
+    let mut args = produce.to_vec();
     args.extend(messages.iter().map(String::as_str));
     let (ok, _, err) = zper(&args);
     assert!(ok, "produce from the host: {err}");
@@ -494,15 +495,7 @@ fn host_clients_use_every_feature(env: &[(&str, String)]) {
     if secured {
         // Without the keys (plain ZMTP to a CURVE writer) nothing is acknowledged.
         let out = std::process::Command::new(zper_testkit::zper_binary())
-            .args([
-                "produce",
-                "-t",
-                "hostc",
-                "-w",
-                "tcp://127.0.0.1:5555",
-                "-m",
-                "2",
-            ])
+            .args(produce)
             .args(["--timeout", "2s", "stranger"])
             .output()
             .expect("run zper");
