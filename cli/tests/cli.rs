@@ -142,6 +142,12 @@ fn perf_tools_count_what_they_claim() {
     let o = zper(&["perf", "raw", "-n", "1000"]);
     assert!(o.status.success(), "{o:?}");
     assert_eq!(field(&stdout(&o), "messages"), "1000");
+    assert_eq!(field(&stdout(&o), "curve"), "false");
+    // bench/curve.sh's reference: libzmq against itself with CURVE (issue #19).
+    let o = zper(&["perf", "raw", "-n", "1000", "--curve"]);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(field(&stdout(&o), "messages"), "1000");
+    assert_eq!(field(&stdout(&o), "curve"), "true");
 }
 
 #[test]

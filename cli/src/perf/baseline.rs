@@ -1,4 +1,5 @@
-//! The baselines `bench/` compares zper with: raw libzmq PUSH -> PULL of the same messages, and
+//! The baselines `bench/` compares zper with: raw libzmq PUSH -> PULL of the same messages (in
+//! clear, or CurveZMQ-encrypted on both ends: libzmq's own cost of CURVE, bench/curve.sh), and
 //! the latency of one small append + fdatasync.
 
 use std::fs::OpenOptions;
@@ -19,6 +20,10 @@ pub struct RawArgs {
     /// Payload bytes.
     #[arg(long = "message-size", short = 's', default_value_t = 100)]
     pub size: usize,
+    /// Encrypt with CURVE (RFC 26): the PULL is a CURVE server and the PUSH its client, each
+    /// with a fresh key pair; libzmq admits any client key (no ZAP handler).
+    #[arg(long)]
+    pub curve: bool,
 }
 
 /// Options of `zper perf fsync`.
@@ -39,18 +44,29 @@ pub fn raw(a: RawArgs) -> Result<()> {
     let ctx = zmq::Context::new();
     let pull = ctx.socket(zmq::PULL)?;
     pull.set_rcvhwm(0)?;
+    let server = zmq::CurveKeyPair::new()?;
+    if a.curve {
+        pull.set_curve_server(true)?;
+        pull.set_curve_secretkey(&server.secret_key)?;
+    }
     pull.bind("tcp://127.0.0.1:*")?;
     let ep = pull
         .get_last_endpoint()?
         .map_err(|_| anyhow!("no endpoint"))?;
     let start = Instant::now();
-    let (n, size) = (a.messages, a.size);
+    let (n, size, curve) = (a.messages, a.size, a.curve);
     // The sender gets its own context (its own I/O thread), as a separate producer process and
     // the node would have: one shared I/O thread would halve the baseline on a small machine.
     let sender = std::thread::spawn(move || -> Result<()> {
         let ctx2 = zmq::Context::new();
         let push = ctx2.socket(zmq::PUSH)?;
         push.set_sndhwm(0)?;
+        if curve {
+            let client = zmq::CurveKeyPair::new()?;
+            push.set_curve_serverkey(&server.public_key)?;
+            push.set_curve_publickey(&client.public_key)?;
+            push.set_curve_secretkey(&client.secret_key)?;
+        }
         push.connect(&ep)?;
         let payload = vec![b'x'; size];
         for seq in 0..n {
@@ -72,6 +88,7 @@ pub fn raw(a: RawArgs) -> Result<()> {
     summary(
         "raw",
         &[
+            ("curve", curve.to_string()),
             ("messages", n.to_string()),
             ("size", size.to_string()),
             ("seconds", format!("{secs:.3}")),
