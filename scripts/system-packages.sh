@@ -13,6 +13,8 @@
 #   default-jdk-headless, libjeromq-java
 #                 the JeroMQ 0.3.6 interop test (without them it prints a note and passes,
 #                 except under CI=true)
+#   chromium      the web console test (cli/tests/console.rs, issue #20) drives it headless,
+#                 same rule
 #   pip: helm-python-sdk kubernetes-validate pyyaml
 #                 the Helm chart check (scripts/check-chart.py), same rule
 #   pip: pyzmq    the CURVE interop test (node/tests/curve_interop.rs), same rule
@@ -51,6 +53,9 @@ if [ "${1:-}" = "--tests" ]; then
   fi
   if [ ! -f /usr/share/java/jeromq.jar ]; then
     optional+=(libjeromq-java); why+=("libjeromq-java: JeroMQ 0.3.6 for the interop test")
+  fi
+  if ! command -v chromium >/dev/null 2>&1; then
+    optional+=(chromium); why+=("chromium: headless, for the web console test")
   fi
 fi
 # Tests only: the chart check renders with Helm's Go SDK and validates against the Kubernetes

@@ -11,6 +11,7 @@ mod kv;
 pub mod metrics;
 mod raft_rpc;
 mod tls;
+pub mod ui;
 
 pub use error::ApiError;
 
@@ -114,6 +115,7 @@ pub fn router_with(node: ClusterNode, options: AdminOptions) -> Router {
         )))
         .with_state(node)
         .merge(metrics)
+        .merge(ui::routes())
         .fallback(|| async {
             ApiError::new(
                 axum::http::StatusCode::NOT_FOUND,

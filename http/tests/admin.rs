@@ -265,6 +265,15 @@ async fn admin_routes_answer_json_and_errors_have_code_and_message() {
         problems.contains(&json!(format!("node {follower} lease expired"))),
         "{v}"
     );
+    // The web console's form (issue #20): the same body with 200.
+    let (s, v2) = call(
+        reqwest::Method::GET,
+        &format!("{f}/v1/cluster/health?always_200=true"),
+        None,
+    )
+    .await;
+    assert_eq!((s, v2["healthy"].clone()), (200, json!(false)), "{v2}");
+    assert_eq!(v2["problems"], v["problems"]);
     // Delete.
     let (s, _) = call(
         reqwest::Method::DELETE,

@@ -1,0 +1,195 @@
+//! The built-in web console (issue #20), in a real headless Chromium against a three-node
+//! cluster: the nodes, topics and leaders it shows are the cluster's, a stopped replica shows as
+//! down and its fragments as under-replicated, a subscription group's lag is shown, the charts
+//! draw the node's metrics, the page logs no error and makes no request outside the node.
+//! Screenshots of each view go to `$CARGO_TARGET_TMPDIR/console/` (the test prints where).
+
+mod browser;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use browser::Browser;
+use serde_json::json;
+use zper_testkit::{eventually, get_json, TestCluster};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn artifacts() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console");
+    std::fs::create_dir_all(&dir).expect("artifact dir");
+    dir
+}
+
+/// Opens view `view` of the console and waits until it has drawn (`ready` is true).
+fn open(b: &mut Browser, base: &str, view: &str, ready: &str) {
+    b.navigate(&format!("{base}/ui/#{view}"));
+    assert!(
+        b.wait_for(
+            &format!("document.querySelector('main').dataset.view === '{view}' && ({ready})"),
+            WAIT
+        ),
+        "the {view} view: {ready}\n{}",
+        b.eval("document.body.innerText")
+    );
+}
+
+#[test]
+fn the_console_shows_the_cluster_as_it_is_and_requests_nothing_elsewhere() {
+    let Some(mut b) = Browser::launch_or_skip() else {
+        return;
+    };
+    let mut c = TestCluster::start();
+    let orders = c.create("orders", 3);
+    let audit = c.create("audit", 3);
+    assert_eq!(c.produce_all(orders, "orders", 0..20).len(), 20);
+    assert_eq!(c.produce_all(audit, "audit", 0..5).len(), 5);
+    // A group that reads and acknowledges 3 of the 20 messages: 17 behind.
+    let controller = get_json(&c.http(orders), "/v1/brokers")
+        .as_array()
+        .and_then(|b| b.iter().find(|b| b["id"] == orders).cloned())
+        .and_then(|b| b["endpoints"]["controller"].as_str().map(str::to_owned))
+        .expect("controller endpoint");
+    let o = Command::new(env!("CARGO_BIN_EXE_zper"))
+        .args([
+            "subscribe",
+            "-t",
+            "orders",
+            "-g",
+            "billing",
+            "-C",
+            &controller,
+            "-n",
+            "3",
+        ])
+        .args(["--batch", "1", "--window", "1"])
+        .output()
+        .expect("zper subscribe");
+    assert!(o.status.success(), "{o:?}");
+
+    let base = format!("http://{}", c.http(1));
+    let shots = artifacts();
+
+    open(
+        &mut b,
+        &base,
+        "cluster",
+        "document.querySelectorAll('#nodes tbody tr').length === 3",
+    );
+    assert_eq!(
+        b.eval(
+            "[...document.querySelectorAll('#nodes tbody tr')].map(r => Number(r.dataset.node))"
+        ),
+        json!([1, 2, 3])
+    );
+    assert!(b.wait_for(
+        "document.querySelectorAll('#nodes tr.down').length === 0",
+        WAIT
+    ));
+    b.screenshot(&shots.join("cluster.png"));
+
+    open(
+        &mut b,
+        &base,
+        "topics",
+        "document.querySelectorAll('section.topic').length === 2",
+    );
+    for (topic, leader) in [("orders", orders), ("audit", audit)] {
+        let shown = b.eval(&format!(
+            "document.querySelector('section.topic[data-topic=\"{topic}\"] tr[data-fragment=\"0\"] td:nth-child(2)').textContent"
+        ));
+        assert_eq!(shown, json!(leader.to_string()), "{topic}'s leader");
+    }
+    assert_eq!(
+        b.eval("document.querySelectorAll('tr[data-under-replicated=\"true\"]').length"),
+        json!(0)
+    );
+    b.screenshot(&shots.join("topics.png"));
+
+    // The group's lag: it acknowledged some of the first 3 messages (17 bytes each stored:
+    // `[id]["message <id>"]`), so 17 to 19 of the 20 are behind, and the bytes behind are the
+    // readable end minus the committed offset.
+    open(
+        &mut b,
+        &base,
+        "groups",
+        "document.querySelector('.group[data-group=\"billing\"] tr[data-fragment=\"0\"] .lag-messages').textContent !== '—'",
+    );
+    let row = b.eval(
+        "[...document.querySelectorAll('.group[data-group=\"billing\"] tr[data-fragment=\"0\"] td')].map(td => td.textContent)",
+    );
+    let cells: Vec<String> = serde_json::from_value(row).expect("cells");
+    let committed: u64 = cells[2].parse().expect("committed offset");
+    let end: u64 = cells[3].parse().expect("readable end");
+    let behind: u64 = cells[5].parse().expect("lag in messages");
+    assert!(
+        cells[1].starts_with("zper-"),
+        "the member that read: {cells:?}"
+    );
+    assert!([17, 34, 51].contains(&committed), "{cells:?}");
+    assert_eq!(cells[4], format!("{} B", end - committed), "{cells:?}");
+    assert!((17..20).contains(&behind), "{cells:?}");
+    b.screenshot(&shots.join("groups.png"));
+
+    // Charts: messages in while the page is open, drawn from at least two samples.
+    open(&mut b, &base, "charts", "true");
+    assert_eq!(c.produce_all(orders, "orders", 100..130).len(), 30);
+    assert!(
+        b.wait_for(
+            "(() => { const c = document.querySelector('[data-chart=\"messages-in\"]'); \
+             return c !== null && Number(c.dataset.points) >= 2 && c.querySelector('path') !== null; })()",
+            WAIT
+        ),
+        "the messages-in chart has data"
+    );
+    assert!(b.wait_for(
+        "document.querySelector('[data-chart=\"flush-latency\"] path') !== null",
+        WAIT
+    ));
+    b.screenshot(&shots.join("charts.png"));
+
+    // Stop a replica that leads neither topic and is not the node serving the page.
+    let victim = (2..=3u64)
+        .find(|n| *n != orders && *n != audit)
+        .unwrap_or(if orders == 2 { 3 } else { 2 });
+    c.node(victim).kill9();
+    assert!(eventually(|| c.fragment(1, "orders")["isr"]
+        .as_array()
+        .is_some_and(|isr| !isr.contains(&json!(victim)))));
+    open(
+        &mut b,
+        &base,
+        "topics",
+        "document.querySelectorAll('section.topic').length === 2",
+    );
+    assert!(
+        b.wait_for(
+            "document.querySelector('section.topic[data-topic=\"orders\"] tr[data-under-replicated=\"true\"]') !== null",
+            WAIT
+        ),
+        "orders shown under-replicated after node {victim} stopped"
+    );
+    b.screenshot(&shots.join("topics-under-replicated.png"));
+    open(
+        &mut b,
+        &base,
+        "cluster",
+        &format!("document.querySelector('#nodes tr.down[data-node=\"{victim}\"]') !== null"),
+    );
+    b.screenshot(&shots.join("cluster-node-down.png"));
+
+    let errors = b.errors();
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
+    let requests = b.requests();
+    assert!(requests.len() > 10, "{requests:?}");
+    let outside: Vec<&String> = requests
+        .iter()
+        .filter(|u| !u.starts_with(&format!("{base}/")))
+        .collect();
+    assert!(
+        outside.is_empty(),
+        "requests that left the node: {outside:?}"
+    );
+    println!("screenshots in {}", shots.display());
+}
