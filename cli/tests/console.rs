@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use browser::Browser;
 use serde_json::json;
-use zper_testkit::{eventually, get_json, TestCluster};
+use zper_testkit::{eventually, get_json, TestCluster, TestNode};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -68,7 +68,10 @@ fn the_console_shows_the_cluster_as_it_is_and_requests_nothing_elsewhere() {
         .expect("zper subscribe");
     assert!(o.status.success(), "{o:?}");
 
-    let base = format!("http://{}", c.http(1));
+    // The page is served by a node that does not lead Raft: it says so.
+    let raft_leader = zper_testkit::raft_leader(&c.http(1)).expect("a Raft leader");
+    let ui = (1..=3u64).find(|n| *n != raft_leader).expect("a follower");
+    let base = format!("http://{}", c.http(ui));
     let shots = artifacts();
 
     open(
@@ -149,12 +152,16 @@ fn the_console_shows_the_cluster_as_it_is_and_requests_nothing_elsewhere() {
     ));
     b.screenshot(&shots.join("charts.png"));
 
-    // Stop a replica that leads neither topic and is not the node serving the page.
-    let victim = (2..=3u64)
-        .find(|n| *n != orders && *n != audit)
-        .unwrap_or(if orders == 2 { 3 } else { 2 });
+    // Stop a replica of orders that is not its leader nor the node serving the page (and, when
+    // there is such a node, leads no topic either).
+    let others: Vec<u64> = (1..=3u64).filter(|n| *n != ui && *n != orders).collect();
+    let victim = others
+        .iter()
+        .copied()
+        .find(|n| *n != audit)
+        .unwrap_or(others[0]);
     c.node(victim).kill9();
-    assert!(eventually(|| c.fragment(1, "orders")["isr"]
+    assert!(eventually(|| c.fragment(ui, "orders")["isr"]
         .as_array()
         .is_some_and(|isr| !isr.contains(&json!(victim)))));
     open(
@@ -192,4 +199,69 @@ fn the_console_shows_the_cluster_as_it_is_and_requests_nothing_elsewhere() {
         "requests that left the node: {outside:?}"
     );
     println!("screenshots in {}", shots.display());
+}
+
+#[test]
+fn admin_actions_need_the_token_and_go_through_the_admin_api() {
+    let Some(mut b) = Browser::launch_or_skip() else {
+        return;
+    };
+    let n = TestNode::start_with(|c| c.cluster.admin_token = Some("s3cret".to_owned()));
+    let http = n.node().endpoints().http.clone();
+    let base = format!("http://{http}");
+    let topics = || get_json(&http, "/v1/topics");
+    open(
+        &mut b,
+        &base,
+        "topics",
+        "document.getElementById('create-topic') !== null",
+    );
+    // Read-only by default: no form to change anything is shown.
+    assert_eq!(
+        b.eval("getComputedStyle(document.getElementById('create-topic')).display"),
+        json!("none")
+    );
+    let create = |b: &mut Browser, token: &str, topic: &str| {
+        b.eval(&format!(
+            "(() => {{ document.getElementById('admin-toggle').click(); \
+             document.getElementById('admin-token').value = '{token}'; \
+             document.getElementById('admin-form').requestSubmit(); \
+             const f = document.getElementById('create-topic'); \
+             f.topic.value = '{topic}'; f.requestSubmit(); return 1; }})()"
+        ));
+    };
+    create(&mut b, "wrong", "refused");
+    assert!(
+        b.wait_for(
+            "document.getElementById('message').className === 'error' && \
+             document.getElementById('message').textContent.includes('admin token')",
+            WAIT
+        ),
+        "a wrong token is reported: {}",
+        b.eval("document.getElementById('message').textContent")
+    );
+    assert_eq!(topics(), json!([]));
+    b.eval("document.getElementById('admin-toggle').click(); 1"); // admin actions off
+    create(&mut b, "s3cret", "made");
+    assert!(
+        eventually(|| topics()[0]["name"] == json!("made")),
+        "{}",
+        topics()
+    );
+    open(
+        &mut b,
+        &base,
+        "topics",
+        "document.querySelector('section.topic[data-topic=\"made\"]') !== null",
+    );
+    b.eval(
+        "(() => { const f = document.querySelector('section.topic[data-topic=\"made\"] form'); \
+         f.hours.value = '5'; f.requestSubmit(); return 1; })()",
+    );
+    assert!(
+        eventually(|| topics()[0]["retain_hours"] == json!(5)),
+        "{}",
+        topics()
+    );
+    b.screenshot(&artifacts().join("admin-actions.png"));
 }

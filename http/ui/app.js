@@ -29,7 +29,9 @@ async function api(path, method = "GET", body = undefined) {
   try { parsed = text ? JSON.parse(text) : null; } catch (_) { parsed = null; }
   if (!r.ok) {
     const why = parsed && parsed.message ? parsed.message : `${r.status} ${r.statusText}`;
-    throw new Error(`${method} ${path}: ${why}`);
+    const err = new Error(`${method} ${path}: ${why}`);
+    err.status = r.status;
+    throw err;
   }
   return parsed;
 }
@@ -138,7 +140,7 @@ async function act(what, method, path, body) {
     showMessage("ok", what + ": done");
   } catch (e) {
     showMessage("error", what + " failed: " + e.message +
-      (/401|token/.test(e.message) ? " (check the admin token)" : ""));
+      (e.status === 401 ? " (check the admin token: Admin actions, then enter it again)" : ""));
   }
   render();
 }
