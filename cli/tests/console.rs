@@ -5,14 +5,15 @@
 //! Screenshots of each view go to `$CARGO_TARGET_TMPDIR/console/` (the test prints where).
 
 mod browser;
+mod common;
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use browser::Browser;
+use common::run::subscribe_and_ack;
+use common::*;
 use serde_json::json;
-use zper_testkit::{eventually, get_json, TestCluster, TestNode};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -51,22 +52,7 @@ fn the_console_shows_the_cluster_as_it_is_and_requests_nothing_elsewhere() {
         .and_then(|b| b.iter().find(|b| b["id"] == orders).cloned())
         .and_then(|b| b["endpoints"]["controller"].as_str().map(str::to_owned))
         .expect("controller endpoint");
-    let o = Command::new(env!("CARGO_BIN_EXE_zper"))
-        .args([
-            "subscribe",
-            "-t",
-            "orders",
-            "-g",
-            "billing",
-            "-C",
-            &controller,
-            "-n",
-            "3",
-        ])
-        .args(["--batch", "1", "--window", "1"])
-        .output()
-        .expect("zper subscribe");
-    assert!(o.status.success(), "{o:?}");
+    subscribe_and_ack(&controller, "orders", "billing", 3);
 
     // The page is served by a node that does not lead Raft: it says so.
     let raft_leader = zper_testkit::raft_leader(&c.http(1)).expect("a Raft leader");

@@ -5,8 +5,8 @@
 
 mod common;
 
+use common::run::subscribe_and_ack;
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use common::*;
@@ -82,22 +82,7 @@ fn every_dashboard_metric_is_served_and_the_new_gauges_tell_the_truth() {
         .expect("leader's controller")
         .to_owned();
     // A group that read and acknowledged 3 of the 10 messages.
-    let o = Command::new(env!("CARGO_BIN_EXE_zper"))
-        .args([
-            "subscribe",
-            "-t",
-            "dash",
-            "-g",
-            "board",
-            "-C",
-            &controller,
-            "-n",
-            "3",
-        ])
-        .args(["--batch", "1", "--window", "1"])
-        .output()
-        .expect("zper subscribe");
-    assert!(o.status.success(), "{o:?}");
+    subscribe_and_ack(&controller, "dash", "board", 3);
     let labels = [("topic", "dash"), ("group", "board"), ("fragment", "0")];
     // Every message here is 17 bytes stored (`[id]["message <id>"]`, one-digit ids), so the lag
     // in messages is the lag in bytes / 17; the group committed at least its first ack.

@@ -40,6 +40,28 @@ pub fn zper_bounded(args: &[&str], limit: Duration) -> Output {
     child.wait_with_output().expect("output")
 }
 
+/// Joins `group` of `topic` through the controller endpoint `controller` with `zper subscribe`,
+/// reads `n` messages in batches of one (acknowledging each) and leaves; panics on failure.
+pub fn subscribe_and_ack(controller: &str, topic: &str, group: &str, n: u32) {
+    let n = n.to_string();
+    let o = zper(&[
+        "subscribe",
+        "-t",
+        topic,
+        "-g",
+        group,
+        "-C",
+        controller,
+        "-n",
+        &n,
+        "--batch",
+        "1",
+        "--window",
+        "1",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+}
+
 /// The second column of `offset<TAB>id<TAB>text` lines: the texts.
 pub fn texts(out: &str) -> Vec<String> {
     out.lines()
