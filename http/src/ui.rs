@@ -67,6 +67,18 @@ pub(crate) fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
             "/ui/{file}",
             get(|Path(file): Path<String>| async move { serve(&file) }),
         )
+        .layer(axum::middleware::map_response(with_policy))
+}
+
+/// Every answer under `/ui` (the redirect, 404s and 405s too) carries the policy.
+async fn with_policy(mut r: Response) -> Response {
+    let h = r.headers_mut();
+    h.insert(CONTENT_SECURITY_POLICY, HeaderValue::from_static(POLICY));
+    h.insert(
+        HeaderName::from_static("x-content-type-options"),
+        HeaderValue::from_static("nosniff"),
+    );
+    r
 }
 
 /// The total bytes of the console's files (what a first visit downloads).

@@ -83,6 +83,40 @@ async fn admin_routes_answer_json_and_errors_have_code_and_message() {
     let (s, v) = call(reqwest::Method::GET, &format!("{f}/v1/brokers"), None).await;
     assert_eq!((s, v.as_array().map(Vec::len)), (200, Some(3)));
 
+    // A page of another origin cannot change the cluster through a browser, token or not
+    // (attack finding, issue #20); the console's own same-origin request can.
+    let client = reqwest::Client::new();
+    for (name, value) in [
+        ("origin", "http://evil.example:43000"),
+        ("origin", "null"),
+        ("sec-fetch-site", "cross-site"),
+        ("sec-fetch-site", "same-site"),
+    ] {
+        let r = client
+            .post(format!("{f}/v1/topics/csrf"))
+            .header(name, value)
+            .header("content-type", "text/plain")
+            .send()
+            .await
+            .expect("http");
+        assert_eq!(r.status().as_u16(), 403, "{name}: {value}");
+        let v: Value = r.json().await.expect("json");
+        assert_eq!(v["code"], json!("cross_origin"), "{v}");
+    }
+    let (s, _) = call(reqwest::Method::GET, &format!("{f}/v1/topics/csrf"), None).await;
+    assert_eq!(s, 404, "no topic was created");
+    let r = client
+        .delete(format!("{f}/v1/topics/nothere"))
+        .header("origin", f.clone())
+        .header("sec-fetch-site", "same-origin")
+        .send()
+        .await
+        .expect("http");
+    assert_eq!(
+        r.status().as_u16(),
+        404,
+        "the console's own request reaches the API"
+    );
     // Errors: JSON {code, message} with a 4xx/5xx status.
     for (method, path, body, status, code) in [
         (

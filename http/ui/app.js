@@ -47,7 +47,7 @@ function parseMetrics(text) {
     if (!m) continue;
     const labels = {};
     for (const [, k, v] of (m[2] || "").matchAll(label)) {
-      labels[k] = v.replace(/\\n/g, "\n").replace(/\\(.)/g, "$1");
+      labels[k] = v.replace(/\\(.)/g, (_, c) => (c === "n" ? "\n" : c));
     }
     out.push({ name: m[1], labels, value: Number(m[3]) });
   }
@@ -71,9 +71,12 @@ async function sample() {
     if (!r.ok) throw new Error(`/metrics: ${r.status}`);
     consoleState.samples.push({ t: Date.now(), metrics: parseMetrics(await r.text()) });
     if (consoleState.samples.length > KEEP_SAMPLES) consoleState.samples.shift();
+    const m = document.getElementById("message");
+    if (m.dataset.source === "metrics") showMessage("", "");
     if (consoleState.view === "charts") render();
   } catch (e) {
     showMessage("error", "Cannot read this node's metrics: " + e.message);
+    document.getElementById("message").dataset.source = "metrics";
   }
 }
 
@@ -117,17 +120,26 @@ function gaugeSeries(name, key) {
   return [...series].map(([k, points]) => ({ name: k, points }));
 }
 
-// The newest value of gauge `name` whose labels match `want`, or undefined.
+// The newest value of gauge `name` whose labels match `want`, or undefined. The newest sample
+// is indexed by metric name once, not searched whole for every table row.
 function latestGauge(name, want) {
   const last = consoleState.samples[consoleState.samples.length - 1];
   if (!last) return undefined;
-  const m = last.metrics.find(x => x.name === name &&
+  if (!last.byName) {
+    last.byName = new Map();
+    for (const x of last.metrics) {
+      if (!last.byName.has(x.name)) last.byName.set(x.name, []);
+      last.byName.get(x.name).push(x);
+    }
+  }
+  const m = (last.byName.get(name) || []).find(x =>
     Object.entries(want).every(([k, v]) => x.labels[k] === String(v)));
   return m ? m.value : undefined;
 }
 
 function showMessage(kind, text) {
   const m = document.getElementById("message");
+  delete m.dataset.source;
   m.className = kind;
   m.textContent = text;
   m.hidden = !text;
@@ -171,7 +183,7 @@ async function render() {
 
 function route() {
   const want = location.hash.replace("#", "") || "cluster";
-  consoleState.view = want in VIEWS ? want : "cluster";
+  consoleState.view = Object.hasOwn(VIEWS, want) ? want : "cluster";
   render();
 }
 

@@ -3,6 +3,7 @@
 "use strict";
 
 const SVG_NS = "http://www.w3.org/2000/svg";
+const MAX_SERIES = 12;
 const PALETTE = ["#2457c5", "#d9480f", "#2b8a3e", "#9c36b5", "#e67700", "#0b7285", "#c2255c",
   "#5c940d"];
 
@@ -23,7 +24,11 @@ function shortNumber(v, unit) {
 // Draws `series` ([{name, points: [[t_ms, value|null], ...]}]) into a new element:
 // <div class="chart" data-chart=id data-points=N> with a title, an SVG and a legend.
 // Points with a null value are gaps.
-function lineChart(id, title, unit, series) {
+function lineChart(id, title, unit, allSeries) {
+  // At most MAX_SERIES lines: the largest by their newest value.
+  const newest = s => { const p = s.points.filter(q => q[1] !== null).pop(); return p ? p[1] : 0; };
+  const series = allSeries.length <= MAX_SERIES ? allSeries
+    : [...allSeries].sort((a, b) => newest(b) - newest(a)).slice(0, MAX_SERIES);
   const box = document.createElement("div");
   box.className = "chart";
   box.dataset.chart = id;
@@ -41,8 +46,14 @@ function lineChart(id, title, unit, series) {
     box.append(plot);
     return box;
   }
-  const t0 = Math.min(...all.map(p => p[0])), t1 = Math.max(...all.map(p => p[0]));
-  const top = Math.max(...all.map(p => p[1])) || 1;
+  // Loops, not Math.min(...all): a spread of many points overflows the call stack.
+  let t0 = Infinity, t1 = -Infinity, top = 0;
+  for (const [t, v] of all) {
+    if (t < t0) t0 = t;
+    if (t > t1) t1 = t;
+    if (v > top) top = v;
+  }
+  top = top || 1;
   const x = t => L + (t1 === t0 ? 0 : (t - t0) / (t1 - t0)) * (W - L - R);
   const y = v => T + (1 - v / top) * (H - T - B);
   plot.append(svg("line", { x1: L, y1: y(0), x2: W - R, y2: y(0), stroke: "#ccd" }));
@@ -73,6 +84,9 @@ function lineChart(id, title, unit, series) {
     item.textContent = `${s.name}${last ? ": " + shortNumber(last[1], unit) : ""}`;
     legend.append(item);
   });
+  if (allSeries.length > series.length) {
+    legend.append(document.createTextNode(`(the ${series.length} largest of ${allSeries.length})`));
+  }
   box.append(plot, legend);
   return box;
 }

@@ -180,8 +180,11 @@ async function topicsView() {
 // The committed offset of `member` (or the group, under `distribution`) in `fragment`.
 function committed(group, policy, member, fragment) {
   if (policy === "distribution") return group.offsets[fragment] ?? 0;
-  return (group.member_offsets[member] || {})[fragment] ?? 0;
+  const own = Object.hasOwn(group.member_offsets, member) ? group.member_offsets[member] : {};
+  return own[fragment] ?? 0;
 }
+
+const MAX_DEPARTED = 10;
 
 async function groupsView() {
   await leaderBanner();
@@ -199,8 +202,11 @@ async function groupsView() {
         const readers = g.assignment[f.id] || [];
         // Under `default` every member reads every fragment and keeps its own offset, also
         // after it left (a member that rejoins resumes there).
+        // Departed members only where they left an offset, and at most MAX_DEPARTED of them.
+        const departed = Object.keys(g.member_offsets)
+          .filter(m => !readers.includes(m) && Object.hasOwn(g.member_offsets[m], f.id));
         const who = subs.policy === "distribution" ? [readers[0] ?? "(none)"]
-          : [...new Set([...readers, ...Object.keys(g.member_offsets)])];
+          : [...readers, ...departed.slice(0, MAX_DEPARTED)];
         const end = f.high_water ?? f.end_offset;
         for (const m of who.length ? who : ["(none)"]) {
           const c = committed(g, subs.policy, m, f.id);
@@ -208,7 +214,7 @@ async function groupsView() {
             { topic: t.name, group: name, fragment: f.id });
           rows.push(el("tr", { "data-group": name, "data-fragment": f.id },
             el("td", {}, f.id),
-            el("td", {}, m, m in g.members || m === "(none)" ? "" : [" ", tag("warn", "left")]),
+            el("td", {}, m, Object.hasOwn(g.members, m) || m === "(none)" ? "" : [" ", tag("warn", "left")]),
             el("td", { class: "num committed" }, c), num(end),
             el("td", { class: "num lag-bytes" }, end === null ? "—" : bytes(Math.max(0, end - c))),
             el("td", { class: "num lag-messages" }, lagMessages === undefined ? "—" : lagMessages)));
