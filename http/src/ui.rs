@@ -23,33 +23,24 @@ struct Asset {
     body: &'static str,
 }
 
+/// One [`Asset`] from `http/ui/NAME`.
+macro_rules! asset {
+    ($name:literal, $media_type:literal) => {
+        Asset {
+            name: $name,
+            media_type: $media_type,
+            body: include_str!(concat!("../ui/", $name)),
+        }
+    };
+}
+
 /// Every file of the console (the whole page weight, well under 300 KB: see the test).
 const ASSETS: &[Asset] = &[
-    Asset {
-        name: "index.html",
-        media_type: "text/html; charset=utf-8",
-        body: include_str!("../ui/index.html"),
-    },
-    Asset {
-        name: "app.js",
-        media_type: "text/javascript; charset=utf-8",
-        body: include_str!("../ui/app.js"),
-    },
-    Asset {
-        name: "views.js",
-        media_type: "text/javascript; charset=utf-8",
-        body: include_str!("../ui/views.js"),
-    },
-    Asset {
-        name: "chart.js",
-        media_type: "text/javascript; charset=utf-8",
-        body: include_str!("../ui/chart.js"),
-    },
-    Asset {
-        name: "app.css",
-        media_type: "text/css; charset=utf-8",
-        body: include_str!("../ui/app.css"),
-    },
+    asset!("index.html", "text/html; charset=utf-8"),
+    asset!("app.js", "text/javascript; charset=utf-8"),
+    asset!("views.js", "text/javascript; charset=utf-8"),
+    asset!("chart.js", "text/javascript; charset=utf-8"),
+    asset!("app.css", "text/css; charset=utf-8"),
 ];
 
 /// Only this node: scripts, styles and requests from the page's own origin, no frames, no
